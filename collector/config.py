@@ -1,0 +1,82 @@
+"""Configuration of the collectors."""
+
+from __future__ import annotations
+
+import dataclasses
+
+VECTOR_MODES = ("sync", "async")
+
+
+@dataclasses.dataclass(frozen=True)
+class CollectorConfig:
+    """Collector actors, their environments and exploration.
+
+    Attributes:
+        env_id: Gymnasium environment id.
+        num_collectors: Collector actors.
+        envs_per_collector: Sub-environments per collector (one vector env).
+        vector_mode: ``sync`` (in-process) or ``async`` (subprocess per env).
+        rollout_frames: Frames asked of one rollout call; a multiple of ``envs_per_collector``.
+        max_inflight: Rollout calls kept in flight per collector.
+        frame_skip: Emulator frames per agent step, for frame counting only (set it to the
+            env's own frame skip, e.g. 4 for ALE; relayrl does not repeat actions).
+        num_cpus: Logical Ray CPUs per collector.
+        max_restarts: Restarts Ray grants a dead collector.
+        epsilon_start: Exploration rate at frame 0 (annealed by the driver).
+        epsilon_end: Exploration rate after ``epsilon_anneal_frames``.
+        epsilon_anneal_frames: Frames over which epsilon decays linearly.
+    """
+
+    # Environments
+    env_id: str = "CartPole-v1"
+    num_collectors: int = 2
+    envs_per_collector: int = 8
+    vector_mode: str = "sync"
+    # Rollouts
+    rollout_frames: int = 256
+    max_inflight: int = 2
+    frame_skip: int = 1
+    # Actors
+    num_cpus: float = 0.5
+    max_restarts: int = 3
+    # Exploration
+    epsilon_start: float = 1.0
+    epsilon_end: float = 0.05
+    epsilon_anneal_frames: int = 10_000
+
+    def __post_init__(self) -> None:
+        checks = [
+            (self.num_collectors >= 1, "num_collectors", "must be >= 1", self.num_collectors),
+            (self.envs_per_collector >= 1, "envs_per_collector", "must be >= 1",
+             self.envs_per_collector),
+            (self.vector_mode in VECTOR_MODES, "vector_mode", f"must be one of {VECTOR_MODES}",
+             self.vector_mode),
+            (self.rollout_frames >= self.envs_per_collector
+             and self.rollout_frames % self.envs_per_collector == 0, "rollout_frames",
+             f"must be a positive multiple of envs_per_collector={self.envs_per_collector}",
+             self.rollout_frames),
+            (self.max_inflight >= 1, "max_inflight", "must be >= 1", self.max_inflight),
+            (self.frame_skip >= 1, "frame_skip", "must be >= 1", self.frame_skip),
+            (self.num_cpus >= 0, "num_cpus", "must be >= 0", self.num_cpus),
+            (self.max_restarts >= 0, "max_restarts", "must be >= 0", self.max_restarts),
+            (0 <= self.epsilon_start <= 1, "epsilon_start", "must be in [0, 1]",
+             self.epsilon_start),
+            (0 <= self.epsilon_end <= 1, "epsilon_end", "must be in [0, 1]", self.epsilon_end),
+            (self.epsilon_anneal_frames >= 0, "epsilon_anneal_frames", "must be >= 0",
+             self.epsilon_anneal_frames),
+        ]
+        for ok, field, rule, value in checks:
+            if not ok:
+                raise ValueError(f"{field}: {rule}, got {value!r}")
+
+    def epsilon(self, frames: int) -> float:
+        """Linear epsilon schedule over collected frames.
+
+        Examples:
+            >>> CollectorConfig(epsilon_start=1.0, epsilon_end=0.1, epsilon_anneal_frames=100).epsilon(50)
+            0.55
+        """
+        if self.epsilon_anneal_frames == 0 or frames >= self.epsilon_anneal_frames:
+            return self.epsilon_end
+        fraction = max(frames, 0) / self.epsilon_anneal_frames
+        return self.epsilon_start + fraction * (self.epsilon_end - self.epsilon_start)

@@ -1,0 +1,41 @@
+"""Messages produced by collectors."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from replay.receipts import WriteReceipt
+
+
+@dataclasses.dataclass(frozen=True)
+class RolloutReceipt:
+    """What one rollout call did; the driver counts frames from these and nothing else.
+
+    Attributes:
+        collector_id: Index of the collector.
+        seq: The collector's rollout sequence number (also the replay write's ``seq``).
+        frames: Transitions written (agent steps; the driver multiplies by ``frame_skip``).
+        episode_returns: Returns of the episodes that finished during the rollout.
+        episode_lengths: Lengths of those episodes.
+        policy_generation: Learner generation of the weights used.
+        policy_version: Model version of the weights used (-1: initial, unpublished weights).
+        writes: Replay write receipts of the rollout's transitions.
+        rollout_s: Seconds spent stepping envs and the policy.
+        write_s: Seconds spent waiting for replay acknowledgements.
+    """
+
+    collector_id: int
+    seq: int
+    frames: int
+    episode_returns: tuple[float, ...]
+    episode_lengths: tuple[int, ...]
+    policy_generation: int
+    policy_version: int
+    writes: tuple[WriteReceipt, ...]
+    rollout_s: float
+    write_s: float
+
+    @property
+    def frames_per_s(self) -> float:
+        """Collection speed of this rollout, writes included."""
+        return self.frames / max(self.rollout_s + self.write_s, 1e-9)

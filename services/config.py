@@ -1,0 +1,284 @@
+"""The run configuration: component dataclasses composed into one, loaded from YAML + overrides.
+
+Every section is a frozen dataclass validated on construction. :func:`load_config` merges a
+YAML file with ``--set a.b=value`` overrides, converts each value to its field's type, and
+raises :class:`ConfigError` naming the first bad field (``learner.world_size: must be ...``)
+before anything starts.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import types
+import typing
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+
+import yaml
+
+from collector.config import CollectorConfig
+from learner.config import LearnerConfig
+from replay.config import ReplayConfig
+
+
+class ConfigError(ValueError):
+    """An invalid configuration; the message names the field and what is accepted."""
+
+
+@dataclasses.dataclass(frozen=True)
+class RunSection:
+    """Run identity and output location.
+
+    Attributes:
+        name: Run name; prefixes actor names (``<name>.collector-0``) and the run directory.
+        dir: Run directory; default ``runs/<name>-<timestamp>``.
+    """
+
+    name: str = "relayrl"
+    dir: str | None = None
+
+    def __post_init__(self) -> None:
+        if not self.name or any(c in self.name for c in "/ \t\n"):
+            raise ValueError(f"name: must be non-empty without '/' or spaces, got {self.name!r}")
+
+
+@dataclasses.dataclass(frozen=True)
+class ControllerConfig:
+    """The driver's frame-accounting loop.
+
+    Attributes:
+        total_frames: Frames to collect (counted from rollout receipts, times ``frame_skip``).
+        init_random_frames: Frames collected with uniform random actions before learning.
+        utd_ratio: Optimizer steps per collected frame (update-to-data ratio).
+        max_steps_per_round: Optimizer steps in one learner round at most.
+        max_lag_steps: Collection pauses while learners trail their UTD target by more steps.
+        log_interval_s: Seconds between progress lines.
+        episode_window: Episodes in the running mean of returns.
+    """
+
+    total_frames: int = 50_000
+    init_random_frames: int = 1_000
+    utd_ratio: float = 0.25
+    max_steps_per_round: int = 64
+    max_lag_steps: int = 256
+    log_interval_s: float = 5.0
+    episode_window: int = 20
+
+    def __post_init__(self) -> None:
+        checks = [
+            (self.total_frames >= 1, "total_frames", "must be >= 1", self.total_frames),
+            (self.init_random_frames >= 0, "init_random_frames", "must be >= 0",
+             self.init_random_frames),
+            (self.utd_ratio >= 0, "utd_ratio", "must be >= 0", self.utd_ratio),
+            (self.max_steps_per_round >= 1, "max_steps_per_round", "must be >= 1",
+             self.max_steps_per_round),
+            (self.max_lag_steps >= 1, "max_lag_steps", "must be >= 1", self.max_lag_steps),
+            (self.log_interval_s > 0, "log_interval_s", "must be > 0", self.log_interval_s),
+            (self.episode_window >= 1, "episode_window", "must be >= 1", self.episode_window),
+        ]
+        for ok, field, rule, value in checks:
+            if not ok:
+                raise ValueError(f"{field}: {rule}, got {value!r}")
+
+
+@dataclasses.dataclass(frozen=True)
+class CheckpointConfig:
+    """Checkpoints.
+
+    Attributes:
+        dir: Rotation directory; default ``<run dir>/checkpoints``.
+        interval_frames: Frames between checkpoints (0: only at the end and on stop).
+        keep: Newest checkpoints kept by rotation.
+        at_end: Write a checkpoint when the run reaches ``total_frames``.
+    """
+
+    dir: str | None = None
+    interval_frames: int = 0
+    keep: int = 3
+    at_end: bool = True
+
+    def __post_init__(self) -> None:
+        if self.interval_frames < 0:
+            raise ValueError(f"interval_frames: must be >= 0, got {self.interval_frames!r}")
+        if self.keep < 1:
+            raise ValueError(f"keep: must be >= 1, got {self.keep!r}")
+
+
+@dataclasses.dataclass(frozen=True)
+class MetricsConfig:
+    """The driver's Prometheus endpoint.
+
+    Attributes:
+        enabled: Serve ``/metrics``.
+        host: Bind address (loopback unless you mean to expose it).
+        port: Port; 0 lets the OS choose (the address is logged).
+    """
+
+    enabled: bool = True
+    host: str = "127.0.0.1"
+    port: int = 0
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.port < 65536:
+            raise ValueError(f"port: must be in [0, 65535], got {self.port!r}")
+
+
+@dataclasses.dataclass(frozen=True)
+class RunConfig:
+    """Everything a run needs, one section per component.
+
+    Attributes:
+        seed: Run seed; every actor's seeds derive from it.
+    """
+
+    seed: int = 0
+    run: RunSection = dataclasses.field(default_factory=RunSection)
+    collector: CollectorConfig = dataclasses.field(default_factory=CollectorConfig)
+    replay: ReplayConfig = dataclasses.field(default_factory=ReplayConfig)
+    learner: LearnerConfig = dataclasses.field(default_factory=LearnerConfig)
+    controller: ControllerConfig = dataclasses.field(default_factory=ControllerConfig)
+    checkpoint: CheckpointConfig = dataclasses.field(default_factory=CheckpointConfig)
+    metrics: MetricsConfig = dataclasses.field(default_factory=MetricsConfig)
+
+    def to_dict(self) -> dict:
+        """Plain nested dict (YAML/JSON serializable)."""
+        return _plain(dataclasses.asdict(self))
+
+    def digest(self) -> str:
+        """SHA-256 of the canonical JSON form."""
+        text = json.dumps(self.to_dict(), sort_keys=True)
+        return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _plain(value):
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    return value
+
+
+def _convert(path: str, value, hint):
+    """Converts ``value`` to the annotated type ``hint`` or raises ConfigError."""
+    origin = typing.get_origin(hint)
+    if origin in (typing.Union, types.UnionType):
+        options = typing.get_args(hint)
+        if value is None and type(None) in options:
+            return None
+        errors = []
+        for option in options:
+            if option is type(None):
+                continue
+            try:
+                return _convert(path, value, option)
+            except ConfigError as err:
+                errors.append(str(err))
+        raise ConfigError(errors[0])
+    if hint is bool:
+        if isinstance(value, bool):
+            return value
+        raise ConfigError(f"{path}: must be true or false, got {value!r}")
+    if hint is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        if isinstance(value, float) and value.is_integer():
+            return int(value)
+        raise ConfigError(f"{path}: must be an integer, got {value!r}")
+    if hint is float:
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            return float(value)
+        raise ConfigError(f"{path}: must be a number, got {value!r}")
+    if hint is str:
+        if isinstance(value, str):
+            return value
+        raise ConfigError(f"{path}: must be a string, got {value!r}")
+    if origin is tuple:
+        if not isinstance(value, list | tuple):
+            raise ConfigError(f"{path}: must be a list, got {value!r}")
+        (item,) = typing.get_args(hint)[:1]
+        return tuple(_convert(f"{path}[{i}]", v, item) for i, v in enumerate(value))
+    if hint is dict or origin is dict:
+        if not isinstance(value, Mapping):
+            raise ConfigError(f"{path}: must be a mapping, got {value!r}")
+        return dict(value)
+    if dataclasses.is_dataclass(hint):
+        return _build(path, hint, value)
+    raise ConfigError(f"{path}: unsupported field type {hint!r}")
+
+
+def _build(prefix: str, cls, data):
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"{prefix or 'config'}: must be a mapping, got {data!r}")
+    hints = typing.get_type_hints(cls)
+    fields = {f.name for f in dataclasses.fields(cls)}
+    for key in data:
+        if key not in fields:
+            where = f"{prefix}.{key}" if prefix else key
+            raise ConfigError(f"{where}: unknown key; accepted: {', '.join(sorted(fields))}")
+    kwargs = {}
+    for key, value in data.items():
+        where = f"{prefix}.{key}" if prefix else key
+        kwargs[key] = _convert(where, value, hints[key])
+    try:
+        return cls(**kwargs)
+    except ValueError as err:
+        if isinstance(err, ConfigError):
+            raise
+        message = str(err)
+        raise ConfigError(f"{prefix}.{message}" if prefix else message) from None
+
+
+def parse_override(text: str) -> tuple[list[str], object]:
+    """Parses ``a.b=value``: the value is read as YAML (``2``, ``0.5``, ``[64, 64]``, ``true``).
+
+    Raises:
+        ConfigError: If ``text`` has no ``=``.
+    """
+    key, sep, raw = text.partition("=")
+    if not sep or not key.strip():
+        raise ConfigError(f"--set {text!r}: expected KEY=VALUE, e.g. learner.world_size=2")
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else ""
+    except yaml.YAMLError:
+        value = raw
+    return key.strip().split("."), value
+
+
+def load_config(path: str | Path | None = None, overrides: Iterable[str] = ()) -> RunConfig:
+    """Builds a validated RunConfig from a YAML file and ``KEY=VALUE`` overrides.
+
+    Args:
+        path: Optional YAML file with the same nesting as :class:`RunConfig`.
+        overrides: Dotted assignments applied after the file, e.g. ``"learner.world_size=2"``.
+
+    Returns:
+        The validated configuration.
+
+    Raises:
+        ConfigError: Naming the first unknown key or invalid value.
+
+    Examples:
+        >>> load_config(overrides=["learner.world_size=2"]).learner.world_size
+        2
+    """
+    data: dict = {}
+    if path is not None:
+        try:
+            loaded = yaml.safe_load(Path(path).read_text())
+        except (OSError, yaml.YAMLError) as err:
+            raise ConfigError(f"config file {path}: {err}") from None
+        if loaded is not None and not isinstance(loaded, dict):
+            raise ConfigError(f"config file {path}: must hold a mapping at the top level")
+        data = loaded or {}
+    for text in overrides:
+        keys, value = parse_override(text)
+        node = data
+        for depth, key in enumerate(keys[:-1]):
+            child = node.setdefault(key, {})
+            if not isinstance(child, dict):
+                raise ConfigError(f"{'.'.join(keys[: depth + 1])}: is not a section")
+            node = child
+        node[keys[-1]] = value
+    return _build("", RunConfig, data)

@@ -1,0 +1,327 @@
+"""The thin driver controller: frame accounting, UTD pacing, weight hand-off, stop handling.
+
+The driver holds counters and references, never batches: collectors write straight into their
+replay shards, learners sample straight from them, and weights travel as object-store
+references. One loop (see :meth:`Controller.run`):
+
+1. keep each collector busy with up to ``collector.max_inflight`` rollouts while the frames
+   counted plus the frames in flight are below ``total_frames`` (so the budget is overshot by
+   less than one rollout) and the learners are not trailing by more than ``max_lag_steps``;
+2. count frames from each rollout receipt (``frames * frame_skip``), collect episode stats;
+3. once ``init_random_frames`` are in and replay holds a global batch, keep one learner round
+   in flight so that optimizer steps track ``utd_ratio * (frames - init_random_frames)``;
+4. on each verified step receipt: count steps, keep the published weights; every following
+   rollout call hands them to collectors that are behind;
+5. stop at ``total_frames`` (after the owed learner steps) or on :meth:`request_stop`.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Callable
+
+import gymnasium as gym
+import ray
+
+from collector.group import CollectorGroup
+from collector.policy import ModelSpec
+from collector.receipts import RolloutReceipt
+from learner.group import LearnerGroup, PendingRound
+from learner.receipts import PublishedWeights, StepReceipt
+from replay.client import ReplayClient
+from replay.shard import remote_shard
+from services.config import ConfigError, RunConfig
+from services.stats import EpisodeWindow, RateMeter, RunCounters
+
+logger = logging.getLogger(__name__)
+
+Hook = Callable[..., None]
+EVENTS = ("setup", "rollout", "round", "progress", "shutdown")
+
+
+def model_spec_for(config: RunConfig) -> ModelSpec:
+    """Reads the env's spaces and returns the Q-network spec.
+
+    Raises:
+        ConfigError: If the env id is unknown or its spaces do not suit DQN.
+    """
+    env_id = config.collector.env_id
+    try:
+        env = gym.make(env_id)
+    except gym.error.Error as err:
+        raise ConfigError(f"collector.env_id: cannot make {env_id!r}: {err}") from None
+    try:
+        obs_space, action_space = env.observation_space, env.action_space
+    finally:
+        env.close()
+    if not isinstance(action_space, gym.spaces.Discrete):
+        raise ConfigError(f"collector.env_id: DQN needs a discrete action space, {env_id} has "
+                          f"{action_space}")
+    if not isinstance(obs_space, gym.spaces.Box) or len(obs_space.shape) != 1:
+        raise ConfigError(f"collector.env_id: the MLP Q-network needs a flat Box observation, "
+                          f"{env_id} has {obs_space}")
+    return ModelSpec(int(obs_space.shape[0]), int(action_space.n), config.learner.hidden_sizes)
+
+
+class Controller:
+    """Runs one training job on the connected Ray cluster.
+
+    Args:
+        config: The validated run configuration.
+
+    Keyword Args:
+        model_spec: Q-network spec; read from the env when omitted.
+
+    Examples:
+        >>> controller = Controller(load_config(overrides=["controller.total_frames=5000"]))  # doctest: +SKIP
+        >>> summary = controller.run()  # sets up, trains, shuts down  # doctest: +SKIP
+    """
+
+    def __init__(self, config: RunConfig, *, model_spec: ModelSpec | None = None) -> None:
+        self.config = config
+        self.model_spec = model_spec or model_spec_for(config)
+        self.counters = RunCounters()
+        self.episodes = EpisodeWindow(config.controller.episode_window)
+        self.hooks: dict[str, list[Hook]] = {event: [] for event in EVENTS}
+        self.shards: list = []
+        self.replay: ReplayClient | None = None
+        self.collectors: CollectorGroup | None = None
+        self.learners: LearnerGroup | None = None
+        self.weights: PublishedWeights | None = None
+        self.inflight: dict[ray.ObjectRef, int] = {}
+        self.pending_round: PendingRound | None = None
+        self.stop_requested = False
+        self.started_at = time.perf_counter()
+        self.wall_s = 0.0
+        self._rates = RateMeter()
+
+    # -- hooks -------------------------------------------------------------------------------
+    def register(self, event: str, hook: Hook) -> None:
+        """Calls ``hook(controller, *args)`` at a loop boundary.
+
+        Events: ``setup``; ``rollout`` (receipt); ``round`` (step receipt); ``progress``
+        (snapshot dict); ``shutdown``.
+        """
+        if event not in self.hooks:
+            raise ValueError(f"unknown event {event!r}; events: {EVENTS}")
+        self.hooks[event].append(hook)
+
+    def _emit(self, event: str, *args) -> None:
+        for hook in self.hooks[event]:
+            hook(self, *args)
+
+    # -- lifecycle ---------------------------------------------------------------------------
+    def setup(self) -> None:
+        """Starts replay shards, collectors and the learner group; publishes version 0."""
+        cfg = self.config
+        name = cfg.run.name
+        self.shards = [
+            remote_shard(
+                name, i, cfg.replay.shard_capacity, sampler=cfg.replay.sampler,
+                seed=cfg.seed * 100 + i, num_cpus=cfg.replay.num_cpus,
+            )
+            for i in range(cfg.replay.num_shards)
+        ]
+        self.replay = ReplayClient(self.shards, seed=cfg.seed)
+        self.collectors = CollectorGroup(
+            name, cfg.collector.num_collectors, cfg.collector.env_id,
+            cfg.collector.envs_per_collector, self.model_spec, self.shards, cfg.seed,
+            num_cpus=cfg.collector.num_cpus, max_restarts=cfg.collector.max_restarts,
+            vector_mode=cfg.collector.vector_mode,
+        )
+        self.learners = LearnerGroup(
+            name, cfg.learner, self.model_spec, self.shards, cfg.seed,
+            generation=self.counters.generation,
+        )
+        self.collectors.wait_ready()
+        self._accept_weights(self.learners.publish())
+        self.started_at = time.perf_counter()
+        self._rates = RateMeter()
+        self._emit("setup")
+
+    def shutdown(self) -> None:
+        """Stops every actor this controller started (idempotent)."""
+        self._emit("shutdown")
+        if self.learners is not None:
+            self.learners.shutdown()
+            self.learners = None
+        if self.collectors is not None:
+            self.collectors.shutdown()
+            self.collectors = None
+        for shard in self.shards:
+            ray.kill(shard, no_restart=True)
+        self.shards = []
+
+    def request_stop(self) -> None:
+        """Asks the loop to stop at the next boundary (signal-safe)."""
+        self.stop_requested = True
+
+    def run(self) -> dict:
+        """Sets up (if needed), trains until done or stopped, shuts down; returns the summary."""
+        try:
+            if self.learners is None:
+                self.setup()
+            self.train()
+            return self.summary()
+        finally:
+            self.shutdown()
+
+    # -- the loop ----------------------------------------------------------------------------
+    def steps_target(self) -> int:
+        """Optimizer steps owed for the frames counted so far (UTD pacing)."""
+        ctrl = self.config.controller
+        learnable = self.counters.collected_frames - ctrl.init_random_frames
+        if learnable <= 0 or self.counters.transitions < self.config.learner.global_batch_size:
+            return 0
+        return math.floor(ctrl.utd_ratio * learnable)
+
+    def epsilon(self) -> float:
+        """Exploration rate for the next rollout (1.0 during ``init_random_frames``)."""
+        frames = self.counters.collected_frames
+        if frames < self.config.controller.init_random_frames:
+            return 1.0
+        return self.config.collector.epsilon(frames)
+
+    def _inflight_frames(self) -> int:
+        return len(self.inflight) * self.config.collector.rollout_frames * (
+            self.config.collector.frame_skip
+        )
+
+    def _collection_open(self) -> bool:
+        ctrl = self.config.controller
+        if self.stop_requested:
+            return False
+        if self.counters.collected_frames + self._inflight_frames() >= ctrl.total_frames:
+            return False
+        return self.steps_target() - self.counters.optim_steps <= ctrl.max_lag_steps
+
+    def _issue_rollouts(self) -> None:
+        cfg = self.config.collector
+        per_collector = [0] * len(self.collectors)
+        for index in self.inflight.values():
+            per_collector[index] += 1
+        for index in range(len(self.collectors)):
+            while per_collector[index] < cfg.max_inflight and self._collection_open():
+                ref = self.collectors.rollout(
+                    index, cfg.rollout_frames, self.epsilon(), self.weights
+                )
+                self.inflight[ref] = index
+                per_collector[index] += 1
+
+    def _maybe_start_round(self) -> None:
+        if self.pending_round is not None or self.stop_requested:
+            return
+        owed = self.steps_target() - self.counters.optim_steps
+        if owed > 0:
+            steps = min(owed, self.config.controller.max_steps_per_round)
+            self.pending_round = self.learners.start_round(steps)
+
+    def _on_rollout(self, ref: ray.ObjectRef) -> None:
+        index = self.inflight.pop(ref)
+        try:
+            receipt: RolloutReceipt = ray.get(ref)
+        except ray.exceptions.RayActorError as err:
+            self.counters.collector_failures += 1
+            self.collectors.mark_dead(index)
+            if self.collectors.restarts > self.config.collector.max_restarts * len(
+                self.collectors
+            ):
+                raise RuntimeError(f"collectors died too often; last: {err}") from err
+            logger.warning("collector %d died; its rollout is not counted (%s)", index, err)
+            return
+        c = self.counters
+        c.collected_frames += receipt.frames * self.config.collector.frame_skip
+        c.transitions += receipt.frames
+        c.rollouts += 1
+        c.episodes += len(receipt.episode_returns)
+        self.episodes.extend(receipt.episode_returns, receipt.episode_lengths)
+        self._emit("rollout", receipt)
+
+    def _on_round(self) -> None:
+        receipt: StepReceipt = self.learners.finish_round(self.pending_round)
+        self.pending_round = None
+        c = self.counters
+        c.optim_steps += receipt.optim_steps
+        c.model_version = receipt.model_version
+        c.rounds += 1
+        if receipt.published is not None:
+            self._accept_weights(receipt.published)
+        self._emit("round", receipt)
+
+    def _accept_weights(self, weights: PublishedWeights) -> None:
+        if self.weights is not None and weights.key <= self.weights.key:
+            return
+        self.weights = weights
+        self.counters.published_version = weights.version
+
+    def _round_ready(self) -> bool:
+        refs = list(self.pending_round.refs)
+        ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
+        return len(ready) == len(refs)
+
+    def train(self) -> None:
+        """Runs the loop until the frame budget and the owed steps are done, or a stop."""
+        ctrl = self.config.controller
+        next_progress = time.perf_counter() + ctrl.log_interval_s
+        while True:
+            self._issue_rollouts()
+            self._maybe_start_round()
+            waitable = list(self.inflight)
+            if self.pending_round is not None:
+                waitable += list(self.pending_round.refs)
+            if not waitable:
+                break  # nothing in flight and nothing owed: budget reached or stop requested
+            ready, _ = ray.wait(waitable, num_returns=1, timeout=ctrl.log_interval_s)
+            done, _ = ray.wait(list(self.inflight), num_returns=len(self.inflight), timeout=0)
+            for ref in done:
+                self._on_rollout(ref)
+            if self.pending_round is not None and self._round_ready():
+                self._on_round()
+            if time.perf_counter() >= next_progress:
+                self._emit("progress", self.snapshot())
+                next_progress = time.perf_counter() + ctrl.log_interval_s
+        self.wall_s = time.perf_counter() - self.started_at
+        self._emit("progress", self.snapshot())
+
+    # -- reporting ---------------------------------------------------------------------------
+    def snapshot(self) -> dict:
+        """Counters and rates for progress lines and metrics."""
+        c = self.counters
+        rates = self._rates.rates(frames=c.collected_frames, steps=c.optim_steps)
+        return {
+            "frames": c.collected_frames,
+            "total_frames": self.config.controller.total_frames,
+            "frames_per_s": rates["frames"],
+            "optim_steps": c.optim_steps,
+            "updates_per_s": rates["steps"],
+            "model_version": c.model_version,
+            "published_version": c.published_version,
+            "episodes": c.episodes,
+            "episode_return_mean": self.episodes.return_mean,
+            "episode_length_mean": self.episodes.length_mean,
+            "epsilon": self.epsilon(),
+            "elapsed_s": time.perf_counter() - self.started_at,
+        }
+
+    def summary(self) -> dict:
+        """The run's final figures (the CLI prints them as its last line of JSON)."""
+        c = self.counters
+        wall = self.wall_s or (time.perf_counter() - self.started_at)
+        mean = self.episodes.return_mean
+        return {
+            "frames": c.collected_frames,
+            "transitions": c.transitions,
+            "optim_steps": c.optim_steps,
+            "model_version": c.model_version,
+            "published_version": c.published_version,
+            "generation": c.generation,
+            "episodes": c.episodes,
+            "episode_return_mean": None if math.isnan(mean) else round(mean, 3),
+            "wall_s": round(wall, 3),
+            "frames_per_s": round(c.collected_frames / max(wall, 1e-9), 1),
+            "updates_per_s": round(c.optim_steps / max(wall, 1e-9), 1),
+            "collector_failures": c.collector_failures,
+            "stopped_early": self.stop_requested,
+        }

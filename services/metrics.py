@@ -1,0 +1,126 @@
+"""Prometheus metrics served by the driver (prefix ``relayrl_``).
+
+The exporter owns its own registry and is fed by controller hooks, so nothing in the hot loop
+waits on it. ``METRICS`` lists every exported name with its type and help; the README's metrics
+table is generated from the same list.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+
+logger = logging.getLogger(__name__)
+
+LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+
+# name (without prefix), type, labels, help
+METRICS: tuple[tuple[str, str, tuple[str, ...], str], ...] = (
+    ("frames_total", "counter", (), "Frames collected, counted from rollout receipts."),
+    ("transitions_total", "counter", (), "Transitions written to replay."),
+    ("optim_steps_total", "counter", (), "Optimizer steps done by the learner group."),
+    ("rollouts_total", "counter", ("collector",), "Counted rollout receipts per collector."),
+    ("collector_failures_total", "counter", (), "Rollouts lost to dead collectors."),
+    ("episodes_total", "counter", (), "Finished episodes."),
+    ("model_version", "gauge", (), "Learner model version (optimizer steps in the lineage)."),
+    ("published_version", "gauge", (), "Version of the newest published weights."),
+    ("learner_generation", "gauge", (), "Current learner generation."),
+    ("episode_return", "gauge", (), "Mean return of the recent episode window."),
+    ("episode_length", "gauge", (), "Mean length of the recent episode window."),
+    ("epsilon", "gauge", (), "Exploration rate handed to collectors."),
+    ("frames_per_second", "gauge", (), "Collection rate over the last progress interval."),
+    ("updates_per_second", "gauge", (), "Optimizer steps per second over the last interval."),
+    ("update_to_data_ratio", "gauge", (), "Optimizer steps per collected frame so far."),
+    ("loss", "gauge", ("term",), "Loss terms and grad norm averaged over the last round."),
+    ("policy_lag_versions", "histogram", (),
+     "Learner version minus the policy version that collected a rollout."),
+    ("rollout_latency_seconds", "histogram", (), "Wall time of one rollout call, writes included."),
+    ("step_latency_seconds", "histogram", (), "Wall time of one learner round on rank 0."),
+)
+
+
+class MetricsExporter:
+    """Holds the metric objects and serves them over HTTP.
+
+    Args:
+        host: Bind address of the HTTP server.
+        port: Port; 0 lets the OS choose.
+    """
+
+    def __init__(self, host: str = "127.0.0.1", port: int = 0) -> None:
+        self.registry = CollectorRegistry()
+        self._failures_seen = 0
+        self.metrics = {}
+        for name, kind, labels, help_text in METRICS:
+            full = f"relayrl_{name.removesuffix('_total')}" if kind == "counter" else f"relayrl_{name}"
+            if kind == "counter":
+                metric = Counter(full, help_text, labels, registry=self.registry)
+            elif kind == "gauge":
+                metric = Gauge(full, help_text, labels, registry=self.registry)
+            else:
+                buckets = (0, 1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024) if "lag" in name else (
+                    LATENCY_BUCKETS
+                )
+                metric = Histogram(full, help_text, labels, buckets=buckets, registry=self.registry)
+            self.metrics[name] = metric
+        self.server, self.thread = start_http_server(port, addr=host, registry=self.registry)
+        self.host, self.port = host, self.server.server_port
+        logger.info("Prometheus metrics at http://%s:%d/metrics", self.host, self.port)
+
+    @property
+    def url(self) -> str:
+        """The scrape URL."""
+        return f"http://{self.host}:{self.port}/metrics"
+
+    def attach(self, controller) -> None:
+        """Registers the hooks that keep the metrics current."""
+        controller.register("rollout", self.on_rollout)
+        controller.register("round", self.on_round)
+        controller.register("progress", self.on_progress)
+
+    def on_rollout(self, controller, receipt) -> None:
+        """Counts one rollout receipt."""
+        m = self.metrics
+        m["frames_total"].inc(receipt.frames * controller.config.collector.frame_skip)
+        m["transitions_total"].inc(receipt.frames)
+        m["rollouts_total"].labels(collector=str(receipt.collector_id)).inc()
+        m["episodes_total"].inc(len(receipt.episode_returns))
+        m["rollout_latency_seconds"].observe(receipt.rollout_s + receipt.write_s)
+        if receipt.policy_version >= 0:
+            lag = controller.counters.model_version - receipt.policy_version
+            m["policy_lag_versions"].observe(max(lag, 0))
+
+    def on_round(self, controller, receipt) -> None:
+        """Counts one learner round."""
+        m = self.metrics
+        m["optim_steps_total"].inc(receipt.optim_steps)
+        m["model_version"].set(receipt.model_version)
+        m["step_latency_seconds"].observe(receipt.sample_s + receipt.train_s)
+        for term, value in receipt.metrics.items():
+            if math.isfinite(value):
+                m["loss"].labels(term=term).set(value)
+
+    def on_progress(self, controller, snapshot: dict) -> None:
+        """Refreshes gauges from a progress snapshot."""
+        m = self.metrics
+        c = controller.counters
+        m["published_version"].set(c.published_version)
+        m["learner_generation"].set(c.generation)
+        m["epsilon"].set(snapshot["epsilon"])
+        m["frames_per_second"].set(snapshot["frames_per_s"])
+        m["updates_per_second"].set(snapshot["updates_per_s"])
+        m["update_to_data_ratio"].set(c.optim_steps / max(c.collected_frames, 1))
+        if c.collector_failures > self._failures_seen:
+            m["collector_failures_total"].inc(c.collector_failures - self._failures_seen)
+            self._failures_seen = c.collector_failures
+        for key, name in (("episode_return_mean", "episode_return"),
+                          ("episode_length_mean", "episode_length")):
+            if not math.isnan(snapshot[key]):
+                m[name].set(snapshot[key])
+
+    def close(self) -> None:
+        """Stops the HTTP server."""
+        self.server.shutdown()
+        self.server.server_close()

@@ -1,0 +1,135 @@
+"""``python -m services.train``: run a training job.
+
+Examples:
+    python -m services.train
+    python -m services.train --config deploy/configs/cartpole_dqn.yaml --set learner.world_size=2
+
+Progress lines go to standard output while the job runs; the last line of standard output is a
+JSON summary (``frames``, ``optim_steps``, ``wall_s``, ``frames_per_s``,
+``episode_return_mean``, ...). Exit codes: 0 done (or stopped cleanly), 2 invalid config,
+1 failure. Without ``RAY_ADDRESS`` the job starts an embedded local Ray sized to its actors.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import math
+import os
+import signal
+import sys
+
+import ray
+
+from services.config import ConfigError, RunConfig, load_config
+from services.controller import Controller, model_spec_for
+from services.metrics import MetricsExporter
+from services.rundir import RunLog, resolve_run_dir
+
+logger = logging.getLogger("relayrl")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The CLI's argument parser."""
+    parser = argparse.ArgumentParser(prog="python -m services.train", description=__doc__.split("\n")[0])
+    parser.add_argument("--config", help="YAML run config (see deploy/configs/)")
+    parser.add_argument(
+        "--set", action="append", default=[], metavar="KEY=VALUE",
+        help="dotted override, e.g. --set learner.world_size=2 (repeatable)",
+    )
+    return parser
+
+
+def logical_cpus(config: RunConfig) -> float:
+    """Logical CPUs the run's actors ask for."""
+    c = config
+    return (
+        c.collector.num_collectors * c.collector.num_cpus
+        + c.replay.num_shards * c.replay.num_cpus
+        + c.learner.world_size * c.learner.resources_per_rank.get("CPU", 0)
+    )
+
+
+def init_ray(config: RunConfig) -> None:
+    """Connects to ``RAY_ADDRESS`` if set, else starts an embedded local Ray on loopback.
+
+    The embedded cluster declares at least as many logical CPUs as the run's actors ask for,
+    so a small machine runs the default job (the OS shares the real cores).
+    """
+    if ray.is_initialized():
+        return
+    if os.environ.get("RAY_ADDRESS"):
+        ray.init(namespace="relayrl", log_to_driver=True)
+        return
+    gpus = config.learner.world_size * config.learner.resources_per_rank.get("GPU", 0)
+    ray.init(
+        num_cpus=max(os.cpu_count() or 1, math.ceil(logical_cpus(config))),
+        num_gpus=gpus or None,
+        include_dashboard=False,
+        namespace="relayrl",
+        _node_ip_address="127.0.0.1",
+    )
+
+
+def print_progress(controller: Controller, snapshot: dict) -> None:
+    """One plain progress line on standard output."""
+    mean = snapshot["episode_return_mean"]
+    print(
+        f"frames {snapshot['frames']:,}/{snapshot['total_frames']:,} | "
+        f"{snapshot['frames_per_s']:,.0f} frames/s | optim steps {snapshot['optim_steps']:,} | "
+        f"return {'-' if math.isnan(mean) else f'{mean:.1f}'} | eps {snapshot['epsilon']:.3f}",
+        flush=True,
+    )
+
+
+def install_signal_handlers(controller: Controller) -> None:
+    """First SIGINT/SIGTERM: stop at the next boundary; a second one: exit at once."""
+
+    def handle(signum, frame):
+        if controller.stop_requested:
+            logger.warning("second signal: exiting now")
+            raise KeyboardInterrupt
+        logger.warning("signal %d: stopping at the next boundary", signum)
+        controller.request_stop()
+
+    signal.signal(signal.SIGINT, handle)
+    signal.signal(signal.SIGTERM, handle)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Runs the CLI; returns the exit code."""
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        config = load_config(args.config, args.set)
+        model_spec = model_spec_for(config)
+    except ConfigError as err:
+        print(f"relayrl: invalid config: {err}", file=sys.stderr)
+        return 2
+    run_dir = resolve_run_dir(config.run.name, config.run.dir)
+    run_log = RunLog(run_dir, config.to_dict())
+    logger.info("run directory %s", run_dir)
+    init_ray(config)
+    controller = Controller(config, model_spec=model_spec)
+    exporter = None
+    if config.metrics.enabled:
+        exporter = MetricsExporter(config.metrics.host, config.metrics.port)
+        exporter.attach(controller)
+    controller.register("progress", print_progress)
+    controller.register("progress", lambda _, snapshot: run_log.write(snapshot))
+    install_signal_handlers(controller)
+    try:
+        summary = controller.run()
+    finally:
+        if exporter is not None:
+            exporter.close()
+        run_log.close()
+        ray.shutdown()
+    summary["run_dir"] = str(run_dir)
+    print(json.dumps(summary), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
