@@ -47,23 +47,42 @@ class CollectorConfig:
     def __post_init__(self) -> None:
         checks = [
             (self.num_collectors >= 1, "num_collectors", "must be >= 1", self.num_collectors),
-            (self.envs_per_collector >= 1, "envs_per_collector", "must be >= 1",
-             self.envs_per_collector),
-            (self.vector_mode in VECTOR_MODES, "vector_mode", f"must be one of {VECTOR_MODES}",
-             self.vector_mode),
-            (self.rollout_frames >= self.envs_per_collector
-             and self.rollout_frames % self.envs_per_collector == 0, "rollout_frames",
-             f"must be a positive multiple of envs_per_collector={self.envs_per_collector}",
-             self.rollout_frames),
+            (
+                self.envs_per_collector >= 1,
+                "envs_per_collector",
+                "must be >= 1",
+                self.envs_per_collector,
+            ),
+            (
+                self.vector_mode in VECTOR_MODES,
+                "vector_mode",
+                f"must be one of {VECTOR_MODES}",
+                self.vector_mode,
+            ),
+            (
+                self.rollout_frames >= self.envs_per_collector
+                and self.rollout_frames % self.envs_per_collector == 0,
+                "rollout_frames",
+                f"must be a positive multiple of envs_per_collector={self.envs_per_collector}",
+                self.rollout_frames,
+            ),
             (self.max_inflight >= 1, "max_inflight", "must be >= 1", self.max_inflight),
             (self.frame_skip >= 1, "frame_skip", "must be >= 1", self.frame_skip),
             (self.num_cpus >= 0, "num_cpus", "must be >= 0", self.num_cpus),
             (self.max_restarts >= 0, "max_restarts", "must be >= 0", self.max_restarts),
-            (0 <= self.epsilon_start <= 1, "epsilon_start", "must be in [0, 1]",
-             self.epsilon_start),
+            (
+                0 <= self.epsilon_start <= 1,
+                "epsilon_start",
+                "must be in [0, 1]",
+                self.epsilon_start,
+            ),
             (0 <= self.epsilon_end <= 1, "epsilon_end", "must be in [0, 1]", self.epsilon_end),
-            (self.epsilon_anneal_frames >= 0, "epsilon_anneal_frames", "must be >= 0",
-             self.epsilon_anneal_frames),
+            (
+                self.epsilon_anneal_frames >= 0,
+                "epsilon_anneal_frames",
+                "must be >= 0",
+                self.epsilon_anneal_frames,
+            ),
         ]
         for ok, field, rule, value in checks:
             if not ok:
@@ -73,7 +92,8 @@ class CollectorConfig:
         """Linear epsilon schedule over collected frames.
 
         Examples:
-            >>> CollectorConfig(epsilon_start=1.0, epsilon_end=0.1, epsilon_anneal_frames=100).epsilon(50)
+            >>> config = CollectorConfig(epsilon_end=0.1, epsilon_anneal_frames=100)
+            >>> config.epsilon(50)
             0.55
         """
         if self.epsilon_anneal_frames == 0 or frames >= self.epsilon_anneal_frames:

@@ -77,6 +77,15 @@ class CollectorGroup:
             self.known_versions[index] = (weights.generation, weights.version)
         return self.actors[index].rollout.remote(frames, epsilon, weights)
 
+    def sync_weights(self, weights, timeout: float = 60.0) -> None:
+        """Hands ``weights`` to every collector that is behind and waits until applied."""
+        refs = []
+        for index, actor in enumerate(self.actors):
+            if self.known_versions[index] < (weights.generation, weights.version):
+                refs.append(actor.set_weights.remote(weights))
+                self.known_versions[index] = (weights.generation, weights.version)
+        ray.get(refs, timeout=timeout)
+
     def mark_dead(self, index: int) -> None:
         """Records that collector ``index`` died; its next rollout re-sends the weights."""
         self.known_versions[index] = (-1, -1)

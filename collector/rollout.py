@@ -82,7 +82,10 @@ class RolloutWorker:
             valid = ~self.autoreset
             obs_buf[t], next_buf[t], action_buf[t] = self.obs, next_obs, actions
             reward_buf[t], term_buf[t], trunc_buf[t], valid_buf[t] = (
-                reward, terminated, truncated, valid,
+                reward,
+                terminated,
+                truncated,
+                valid,
             )
             self.episode_return += np.where(valid, reward, 0.0)
             self.episode_length += valid

@@ -81,18 +81,34 @@ class LearnerConfig:
             "GPU must be a whole number, and nccl needs GPU >= 1 per rank",
             resources,
         )
-        _check(0 <= self.rendezvous_port < 65536, "rendezvous_port", "must be in [0, 65535]",
-               self.rendezvous_port)
+        _check(
+            0 <= self.rendezvous_port < 65536,
+            "rendezvous_port",
+            "must be in [0, 65535]",
+            self.rendezvous_port,
+        )
         _check(self.setup_timeout_s > 0, "setup_timeout_s", "must be > 0", self.setup_timeout_s)
-        _check(len(self.hidden_sizes) >= 1 and min(self.hidden_sizes) >= 1, "hidden_sizes",
-               "must be a non-empty list of positive widths", self.hidden_sizes)
+        _check(
+            len(self.hidden_sizes) >= 1 and min(self.hidden_sizes) >= 1,
+            "hidden_sizes",
+            "must be a non-empty list of positive widths",
+            self.hidden_sizes,
+        )
         _check(self.lr > 0, "lr", "must be > 0", self.lr)
         _check(0 <= self.gamma <= 1, "gamma", "must be in [0, 1]", self.gamma)
         _check(self.max_grad_norm >= 0, "max_grad_norm", "must be >= 0", self.max_grad_norm)
-        _check(self.target_update_interval >= 1, "target_update_interval", "must be >= 1",
-               self.target_update_interval)
-        _check(0 < self.target_update_tau <= 1, "target_update_tau", "must be in (0, 1]",
-               self.target_update_tau)
+        _check(
+            self.target_update_interval >= 1,
+            "target_update_interval",
+            "must be >= 1",
+            self.target_update_interval,
+        )
+        _check(
+            0 < self.target_update_tau <= 1,
+            "target_update_tau",
+            "must be in (0, 1]",
+            self.target_update_tau,
+        )
 
     @property
     def per_rank_batch_size(self) -> int:

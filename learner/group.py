@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from collections.abc import Sequence
 
@@ -50,7 +51,8 @@ class LearnerGroup:
         generation: This generation's number.
 
     Examples:
-        >>> group = LearnerGroup("run", LearnerConfig(world_size=2), spec, shards, seed=0)  # doctest: +SKIP
+        >>> config = LearnerConfig(world_size=2)
+        >>> group = LearnerGroup("run", config, spec, shards, seed=0)  # doctest: +SKIP
         >>> receipt = group.step(16)  # doctest: +SKIP
         >>> receipt.published.version  # doctest: +SKIP
         16
@@ -139,8 +141,10 @@ class LearnerGroup:
         """Runs one round on given batches: ``batches_per_rank[rank][step]``."""
         self.round_id += 1
         steps = len(batches_per_rank[0])
-        refs = [r.step_on.remote(self.round_id, b) for r, b in zip(self.ranks, batches_per_rank,
-                                                                  strict=True)]
+        refs = [
+            r.step_on.remote(self.round_id, b)
+            for r, b in zip(self.ranks, batches_per_rank, strict=True)
+        ]
         pending = PendingRound(self.round_id, steps, self.version + steps, tuple(refs))
         return self.finish_round(pending)
 
@@ -160,10 +164,8 @@ class LearnerGroup:
 
     def shutdown(self) -> None:
         """Leaves the process group, kills the ranks and frees the placement group."""
-        try:
+        with contextlib.suppress(ray.exceptions.RayError, TimeoutError):
             ray.get([r.shutdown.remote() for r in self.ranks], timeout=10)
-        except (ray.exceptions.RayError, TimeoutError):
-            pass
         for rank in self.ranks:
             ray.kill(rank, no_restart=True)
         remove_placement_group(self.placement_group)

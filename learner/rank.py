@@ -68,15 +68,25 @@ class LearnerRank:
         timeout = datetime.timedelta(seconds=self.config.setup_timeout_s)
         try:
             self.store = dist.TCPStore(
-                address, port, self.config.world_size, is_master=True, timeout=timeout,
+                address,
+                port,
+                self.config.world_size,
+                is_master=True,
+                timeout=timeout,
                 wait_for_workers=False,
             )
         except (RuntimeError, dist.DistNetworkError) as err:
             if port == 0:
                 raise
-            logger.warning("rendezvous port %d unavailable (%s); using an OS-chosen port", port, err)
+            logger.warning(
+                "rendezvous port %d unavailable (%s); using an OS-chosen port", port, err
+            )
             self.store = dist.TCPStore(
-                address, 0, self.config.world_size, is_master=True, timeout=timeout,
+                address,
+                0,
+                self.config.world_size,
+                is_master=True,
+                timeout=timeout,
                 wait_for_workers=False,
             )
         return self.store.port
@@ -101,7 +111,9 @@ class LearnerRank:
         torch.manual_seed(self.seed)  # same initial parameters on every rank
         self.core = LearnerCore(self.model_spec, self.config, device)
         device_ids = [0] if self.config.uses_gpu else None
-        self.core.train_module = DistributedDataParallel(self.core.loss_module, device_ids=device_ids)
+        self.core.train_module = DistributedDataParallel(
+            self.core.loss_module, device_ids=device_ids
+        )
         torch.manual_seed(self.seed * 1000 + self.rank)
         return self.rank
 

@@ -80,7 +80,8 @@ def verify_receipts(
     for receipt in receipts:
         if receipt.generation != generation:
             raise ProtocolError(
-                f"rank {receipt.rank} answered generation {receipt.generation}, expected {generation}"
+                f"rank {receipt.rank} answered generation {receipt.generation}, "
+                f"expected {generation}"
             )
         if receipt.round_id != round_id:
             raise ProtocolError(

@@ -23,7 +23,7 @@ class ReplayClient:
 
     Examples:
         >>> client = ReplayClient(shards)  # doctest: +SKIP
-        >>> receipt = client.write({"obs": obs, ...}, writer_id="collector-0", seq=0)  # doctest: +SKIP
+        >>> receipt = client.write(batch, writer_id="collector-0", seq=0)  # doctest: +SKIP
         >>> batch = client.sample(256)  # doctest: +SKIP
     """
 

@@ -38,8 +38,14 @@ class ReplayShard:
 
 
 def remote_shard(
-    run_name: str, shard_id: int, capacity: int, *, sampler: str = "uniform", seed: int = 0,
-    num_cpus: float = 0.5, max_restarts: int = 0,
+    run_name: str,
+    shard_id: int,
+    capacity: int,
+    *,
+    sampler: str = "uniform",
+    seed: int = 0,
+    num_cpus: float = 0.5,
+    max_restarts: int = 0,
 ) -> ray.actor.ActorHandle:
     """Starts a named ReplayShard actor ``<run>.replay-<i>`` in namespace ``relayrl``."""
     actor_cls = ray.remote(ReplayShard).options(

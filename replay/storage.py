@@ -106,7 +106,9 @@ class CircularStorage:
                     f"key {key!r}: shape {tuple(value.shape[1:])} differs from the table's {shape}"
                 )
             if value.dtype != dtype:
-                raise SchemaError(f"key {key!r}: dtype {value.dtype} differs from the table's {dtype}")
+                raise SchemaError(
+                    f"key {key!r}: dtype {value.dtype} differs from the table's {dtype}"
+                )
 
     def write(self, batch: Batch) -> np.ndarray:
         """Stores a batch and returns the slots it went to.

@@ -8,6 +8,7 @@ before anything starts.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import json
@@ -69,11 +70,19 @@ class ControllerConfig:
     def __post_init__(self) -> None:
         checks = [
             (self.total_frames >= 1, "total_frames", "must be >= 1", self.total_frames),
-            (self.init_random_frames >= 0, "init_random_frames", "must be >= 0",
-             self.init_random_frames),
+            (
+                self.init_random_frames >= 0,
+                "init_random_frames",
+                "must be >= 0",
+                self.init_random_frames,
+            ),
             (self.utd_ratio >= 0, "utd_ratio", "must be >= 0", self.utd_ratio),
-            (self.max_steps_per_round >= 1, "max_steps_per_round", "must be >= 1",
-             self.max_steps_per_round),
+            (
+                self.max_steps_per_round >= 1,
+                "max_steps_per_round",
+                "must be >= 1",
+                self.max_steps_per_round,
+            ),
             (self.max_lag_steps >= 1, "max_lag_steps", "must be >= 1", self.max_lag_steps),
             (self.log_interval_s > 0, "log_interval_s", "must be > 0", self.log_interval_s),
             (self.episode_window >= 1, "episode_window", "must be >= 1", self.episode_window),
@@ -176,6 +185,9 @@ def _convert(path: str, value, hint):
             except ConfigError as err:
                 errors.append(str(err))
         raise ConfigError(errors[0])
+    if hint in (int, float) and isinstance(value, str):
+        with contextlib.suppress(ValueError):  # YAML 1.1 reads "3e4" as a string
+            value = float(value.replace("_", ""))
     if hint is bool:
         if isinstance(value, bool):
             return value

@@ -57,11 +57,14 @@ def model_spec_for(config: RunConfig) -> ModelSpec:
     finally:
         env.close()
     if not isinstance(action_space, gym.spaces.Discrete):
-        raise ConfigError(f"collector.env_id: DQN needs a discrete action space, {env_id} has "
-                          f"{action_space}")
+        raise ConfigError(
+            f"collector.env_id: DQN needs a discrete action space, {env_id} has {action_space}"
+        )
     if not isinstance(obs_space, gym.spaces.Box) or len(obs_space.shape) != 1:
-        raise ConfigError(f"collector.env_id: the MLP Q-network needs a flat Box observation, "
-                          f"{env_id} has {obs_space}")
+        raise ConfigError(
+            f"collector.env_id: the MLP Q-network needs a flat Box observation, "
+            f"{env_id} has {obs_space}"
+        )
     return ModelSpec(int(obs_space.shape[0]), int(action_space.n), config.learner.hidden_sizes)
 
 
@@ -75,7 +78,8 @@ class Controller:
         model_spec: Q-network spec; read from the env when omitted.
 
     Examples:
-        >>> controller = Controller(load_config(overrides=["controller.total_frames=5000"]))  # doctest: +SKIP
+        >>> config = load_config(overrides=["controller.total_frames=5000"])
+        >>> controller = Controller(config)  # doctest: +SKIP
         >>> summary = controller.run()  # sets up, trains, shuts down  # doctest: +SKIP
     """
 
@@ -119,20 +123,34 @@ class Controller:
         name = cfg.run.name
         self.shards = [
             remote_shard(
-                name, i, cfg.replay.shard_capacity, sampler=cfg.replay.sampler,
-                seed=cfg.seed * 100 + i, num_cpus=cfg.replay.num_cpus,
+                name,
+                i,
+                cfg.replay.shard_capacity,
+                sampler=cfg.replay.sampler,
+                seed=cfg.seed * 100 + i,
+                num_cpus=cfg.replay.num_cpus,
             )
             for i in range(cfg.replay.num_shards)
         ]
         self.replay = ReplayClient(self.shards, seed=cfg.seed)
         self.collectors = CollectorGroup(
-            name, cfg.collector.num_collectors, cfg.collector.env_id,
-            cfg.collector.envs_per_collector, self.model_spec, self.shards, cfg.seed,
-            num_cpus=cfg.collector.num_cpus, max_restarts=cfg.collector.max_restarts,
+            name,
+            cfg.collector.num_collectors,
+            cfg.collector.env_id,
+            cfg.collector.envs_per_collector,
+            self.model_spec,
+            self.shards,
+            cfg.seed,
+            num_cpus=cfg.collector.num_cpus,
+            max_restarts=cfg.collector.max_restarts,
             vector_mode=cfg.collector.vector_mode,
         )
         self.learners = LearnerGroup(
-            name, cfg.learner, self.model_spec, self.shards, cfg.seed,
+            name,
+            cfg.learner,
+            self.model_spec,
+            self.shards,
+            cfg.seed,
             generation=self.counters.generation,
         )
         self.collectors.wait_ready()
@@ -185,8 +203,10 @@ class Controller:
         return self.config.collector.epsilon(frames)
 
     def _inflight_frames(self) -> int:
-        return len(self.inflight) * self.config.collector.rollout_frames * (
-            self.config.collector.frame_skip
+        return (
+            len(self.inflight)
+            * self.config.collector.rollout_frames
+            * (self.config.collector.frame_skip)
         )
 
     def _collection_open(self) -> bool:
@@ -225,9 +245,7 @@ class Controller:
         except ray.exceptions.RayActorError as err:
             self.counters.collector_failures += 1
             self.collectors.mark_dead(index)
-            if self.collectors.restarts > self.config.collector.max_restarts * len(
-                self.collectors
-            ):
+            if self.collectors.restarts > self.config.collector.max_restarts * len(self.collectors):
                 raise RuntimeError(f"collectors died too often; last: {err}") from err
             logger.warning("collector %d died; its rollout is not counted (%s)", index, err)
             return
@@ -273,7 +291,7 @@ class Controller:
                 waitable += list(self.pending_round.refs)
             if not waitable:
                 break  # nothing in flight and nothing owed: budget reached or stop requested
-            ready, _ = ray.wait(waitable, num_returns=1, timeout=ctrl.log_interval_s)
+            ray.wait(waitable, num_returns=1, timeout=ctrl.log_interval_s)
             done, _ = ray.wait(list(self.inflight), num_returns=len(self.inflight), timeout=0)
             for ref in done:
                 self._on_rollout(ref)
@@ -282,6 +300,8 @@ class Controller:
             if time.perf_counter() >= next_progress:
                 self._emit("progress", self.snapshot())
                 next_progress = time.perf_counter() + ctrl.log_interval_s
+        if self.weights is not None:
+            self.collectors.sync_weights(self.weights)  # collectors end on the newest version
         self.wall_s = time.perf_counter() - self.started_at
         self._emit("progress", self.snapshot())
 

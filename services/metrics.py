@@ -34,8 +34,12 @@ METRICS: tuple[tuple[str, str, tuple[str, ...], str], ...] = (
     ("updates_per_second", "gauge", (), "Optimizer steps per second over the last interval."),
     ("update_to_data_ratio", "gauge", (), "Optimizer steps per collected frame so far."),
     ("loss", "gauge", ("term",), "Loss terms and grad norm averaged over the last round."),
-    ("policy_lag_versions", "histogram", (),
-     "Learner version minus the policy version that collected a rollout."),
+    (
+        "policy_lag_versions",
+        "histogram",
+        (),
+        "Learner version minus the policy version that collected a rollout.",
+    ),
     ("rollout_latency_seconds", "histogram", (), "Wall time of one rollout call, writes included."),
     ("step_latency_seconds", "histogram", (), "Wall time of one learner round on rank 0."),
 )
@@ -54,14 +58,18 @@ class MetricsExporter:
         self._failures_seen = 0
         self.metrics = {}
         for name, kind, labels, help_text in METRICS:
-            full = f"relayrl_{name.removesuffix('_total')}" if kind == "counter" else f"relayrl_{name}"
+            full = (
+                f"relayrl_{name.removesuffix('_total')}" if kind == "counter" else f"relayrl_{name}"
+            )
             if kind == "counter":
                 metric = Counter(full, help_text, labels, registry=self.registry)
             elif kind == "gauge":
                 metric = Gauge(full, help_text, labels, registry=self.registry)
             else:
-                buckets = (0, 1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024) if "lag" in name else (
-                    LATENCY_BUCKETS
+                buckets = (
+                    (0, 1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
+                    if "lag" in name
+                    else (LATENCY_BUCKETS)
                 )
                 metric = Histogram(full, help_text, labels, buckets=buckets, registry=self.registry)
             self.metrics[name] = metric
@@ -115,8 +123,10 @@ class MetricsExporter:
         if c.collector_failures > self._failures_seen:
             m["collector_failures_total"].inc(c.collector_failures - self._failures_seen)
             self._failures_seen = c.collector_failures
-        for key, name in (("episode_return_mean", "episode_return"),
-                          ("episode_length_mean", "episode_length")):
+        for key, name in (
+            ("episode_return_mean", "episode_return"),
+            ("episode_length_mean", "episode_length"),
+        ):
             if not math.isnan(snapshot[key]):
                 m[name].set(snapshot[key])
 

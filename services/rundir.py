@@ -12,7 +12,11 @@ import yaml
 
 def resolve_run_dir(name: str, configured: str | None) -> Path:
     """``configured`` if set, else ``runs/<name>-<YYYYmmdd-HHMMSS>``; created if missing."""
-    path = Path(configured) if configured else Path("runs") / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}"
+    path = (
+        Path(configured)
+        if configured
+        else Path("runs") / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}"
+    )
     path.mkdir(parents=True, exist_ok=True)
     return path
 
@@ -27,7 +31,9 @@ class RunLog:
 
     def write(self, record: dict) -> None:
         """Appends one JSON line (NaN becomes null)."""
-        clean = {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in record.items()}
+        clean = {
+            k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in record.items()
+        }
         self.file.write(json.dumps(clean) + "\n")
 
     def close(self) -> None:

@@ -32,10 +32,15 @@ logger = logging.getLogger("relayrl")
 
 def build_parser() -> argparse.ArgumentParser:
     """The CLI's argument parser."""
-    parser = argparse.ArgumentParser(prog="python -m services.train", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m services.train", description=__doc__.split("\n")[0]
+    )
     parser.add_argument("--config", help="YAML run config (see deploy/configs/)")
     parser.add_argument(
-        "--set", action="append", default=[], metavar="KEY=VALUE",
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
         help="dotted override, e.g. --set learner.world_size=2 (repeatable)",
     )
     return parser
@@ -100,7 +105,9 @@ def install_signal_handlers(controller: Controller) -> None:
 def main(argv: list[str] | None = None) -> int:
     """Runs the CLI; returns the exit code."""
     args = build_parser().parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
     try:
         config = load_config(args.config, args.set)
         model_spec = model_spec_for(config)

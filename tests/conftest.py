@@ -1,0 +1,48 @@
+"""Shared fixtures: one local Ray cluster per test session, on loopback."""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+from pathlib import Path
+
+import pytest
+import ray
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="session")
+def ray_cluster():
+    """A local Ray with generous logical CPUs (actors mostly wait on 2 real cores)."""
+    if not ray.is_initialized():
+        ray.init(
+            num_cpus=8,
+            include_dashboard=False,
+            namespace="relayrl",
+            _node_ip_address="127.0.0.1",
+            runtime_env={"env_vars": {"PYTHONPATH": str(ROOT)}},
+        )
+    yield ray
+    ray.shutdown()
+
+
+@pytest.fixture
+def free_port() -> int:
+    """A port the OS reports free right now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def cli_env() -> dict[str, str]:
+    """Environment for running the CLI as a subprocess from the repo root."""
+    env = dict(os.environ)
+    env.pop("RAY_ADDRESS", None)
+    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+PYTHON = sys.executable

@@ -1,0 +1,63 @@
+"""End-to-end runs of ``python -m services.train`` as a subprocess."""
+
+import json
+import subprocess
+
+import pytest
+
+from tests.conftest import PYTHON, ROOT, cli_env
+
+
+def run_cli(*args, timeout=240):
+    return subprocess.run(
+        [PYTHON, "-m", "services.train", *args],
+        cwd=ROOT,
+        env=cli_env(),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+@pytest.mark.slow
+def test_default_job_learns_cartpole(tmp_path):
+    result = run_cli(
+        "--config",
+        "deploy/configs/cartpole_dqn.yaml",
+        "--set",
+        "seed=0",
+        "--set",
+        "controller.total_frames=30000",
+        "--set",
+        f"run.dir={tmp_path / 'run'}",
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    lines = result.stdout.strip().splitlines()
+    summary = json.loads(lines[-1])
+    assert any(line.startswith("frames ") for line in lines[:-1])  # progress lines
+    assert 30_000 <= summary["frames"] < 30_000 + 2 * 256
+    assert summary["optim_steps"] == summary["model_version"] > 0
+    assert summary["wall_s"] > 0 and summary["frames_per_s"] > 0
+    # A random policy averages about 22 on CartPole.
+    assert summary["episode_return_mean"] >= 150, summary
+    assert (tmp_path / "run" / "config.yaml").exists()
+    assert (tmp_path / "run" / "metrics.jsonl").read_text().count("\n") >= 1
+
+
+@pytest.mark.parametrize(
+    ("override", "field"),
+    [
+        ("learner.world_size=0", "learner.world_size"),
+        ("learner.no_such_key=1", "learner.no_such_key"),
+        ("learner.global_batch_size=65", "learner.global_batch_size"),
+        ("collector.env_id=NoSuchEnv-v9", "collector.env_id"),
+    ],
+)
+def test_invalid_config_exits_before_any_actor(override, field, tmp_path):
+    extra = ["--set", "learner.world_size=2"] if "global_batch" in override else []
+    result = run_cli("--set", override, *extra, "--set", f"run.dir={tmp_path}", timeout=60)
+    assert result.returncode == 2
+    message = result.stderr.strip().splitlines()
+    assert len(message) == 1 and field in message[0], result.stderr
+    assert "Ray" not in result.stderr and "Ray" not in result.stdout  # no cluster was started
+    assert not any(tmp_path.iterdir())  # nothing written
