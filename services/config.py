@@ -57,6 +57,9 @@ class ControllerConfig:
         max_lag_steps: Collection pauses while learners trail their UTD target by more steps.
         log_interval_s: Seconds between progress lines.
         episode_window: Episodes in the running mean of returns.
+        return_milestones: Returns whose first crossing by the running mean is reported in the
+            summary (frames and seconds), e.g. CartPole's 475.
+        stop_return: Stop early once the running mean reaches this return (None: never).
     """
 
     total_frames: int = 50_000
@@ -66,6 +69,8 @@ class ControllerConfig:
     max_lag_steps: int = 256
     log_interval_s: float = 5.0
     episode_window: int = 20
+    return_milestones: tuple[float, ...] = (150.0, 475.0)
+    stop_return: float | None = None
 
     def __post_init__(self) -> None:
         checks = [

@@ -97,6 +97,7 @@ class Controller:
         self.inflight: dict[ray.ObjectRef, int] = {}
         self.pending_round: PendingRound | None = None
         self.stop_requested = False
+        self.milestones: dict[float, dict] = {}
         self.started_at = time.perf_counter()
         self.wall_s = 0.0
         self._rates = RateMeter()
@@ -255,7 +256,23 @@ class Controller:
         c.rollouts += 1
         c.episodes += len(receipt.episode_returns)
         self.episodes.extend(receipt.episode_returns, receipt.episode_lengths)
+        self._check_milestones()
         self._emit("rollout", receipt)
+
+    def _check_milestones(self) -> None:
+        ctrl = self.config.controller
+        mean = self.episodes.return_mean
+        if math.isnan(mean) or len(self.episodes.returns) < ctrl.episode_window:
+            return
+        for threshold in ctrl.return_milestones:
+            if mean >= threshold and threshold not in self.milestones:
+                self.milestones[threshold] = {
+                    "frames": self.counters.collected_frames,
+                    "wall_s": round(time.perf_counter() - self.started_at, 3),
+                }
+        if ctrl.stop_return is not None and mean >= ctrl.stop_return and not self.stop_requested:
+            logger.info("running mean return %.1f reached stop_return; stopping", mean)
+            self.request_stop()
 
     def _on_round(self) -> None:
         receipt: StepReceipt = self.learners.finish_round(self.pending_round)
@@ -344,4 +361,5 @@ class Controller:
             "updates_per_s": round(c.optim_steps / max(wall, 1e-9), 1),
             "collector_failures": c.collector_failures,
             "stopped_early": self.stop_requested,
+            "return_milestones": {f"{k:g}": v for k, v in sorted(self.milestones.items())},
         }
