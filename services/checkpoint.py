@@ -43,7 +43,7 @@ def sha256_file(path: Path, chunk: int = 1 << 22) -> str:
 
 
 def fsync_tree(root: Path) -> None:
-    """fsyncs every file and directory under ``root`` (and ``root`` itself)."""
+    """Flushes to disk every file and directory under ``root`` (and ``root`` itself)."""
     for dirpath, _, filenames in os.walk(root):
         for name in filenames:
             fd = os.open(os.path.join(dirpath, name), os.O_RDONLY)
@@ -55,7 +55,7 @@ def fsync_tree(root: Path) -> None:
 
 
 def fsync_dir(path: Path) -> None:
-    """fsyncs a directory entry table (so renames and new files are durable)."""
+    """Flushes a directory entry table to disk (so renames and new files are durable)."""
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
