@@ -38,7 +38,7 @@ from services.stats import EpisodeWindow, RateMeter, RunCounters
 logger = logging.getLogger(__name__)
 
 Hook = Callable[..., None]
-EVENTS = ("setup", "rollout", "round", "progress", "shutdown")
+EVENTS = ("setup", "rollout", "round", "progress", "checkpoint", "shutdown")
 
 
 def model_spec_for(config: RunConfig) -> ModelSpec:
@@ -98,6 +98,7 @@ class Controller:
         self.pending_round: PendingRound | None = None
         self.stop_requested = False
         self.milestones: dict[float, dict] = {}
+        self.last_learner_metrics: dict[str, float] = {}
         self.started_at = time.perf_counter()
         self.wall_s = 0.0
         self._rates = RateMeter()
@@ -107,7 +108,7 @@ class Controller:
         """Calls ``hook(controller, *args)`` at a loop boundary.
 
         Events: ``setup``; ``rollout`` (receipt); ``round`` (step receipt); ``progress``
-        (snapshot dict); ``shutdown``.
+        (snapshot dict); ``checkpoint`` (path, seconds); ``shutdown``.
         """
         if event not in self.hooks:
             raise ValueError(f"unknown event {event!r}; events: {EVENTS}")
@@ -283,6 +284,7 @@ class Controller:
         c.rounds += 1
         if receipt.published is not None:
             self._accept_weights(receipt.published)
+        self.last_learner_metrics = receipt.metrics
         self._emit("round", receipt)
 
     def _accept_weights(self, weights: PublishedWeights) -> None:
@@ -340,6 +342,10 @@ class Controller:
             "episode_length_mean": self.episodes.length_mean,
             "epsilon": self.epsilon(),
             "elapsed_s": time.perf_counter() - self.started_at,
+            "generation": c.generation,
+            "update_to_data": c.optim_steps / max(c.collected_frames, 1),
+            "learner": dict(self.last_learner_metrics),
+            "replay": self.replay.stats() if self.replay is not None and self.shards else [],
         }
 
     def summary(self) -> dict:

@@ -25,6 +25,7 @@ import ray
 from services.config import ConfigError, RunConfig, load_config
 from services.controller import Controller, model_spec_for
 from services.metrics import MetricsExporter
+from services.progress import ProgressReporter
 from services.rundir import RunLog, resolve_run_dir
 
 logger = logging.getLogger("relayrl")
@@ -77,17 +78,6 @@ def init_ray(config: RunConfig) -> None:
     )
 
 
-def print_progress(controller: Controller, snapshot: dict) -> None:
-    """One plain progress line on standard output."""
-    mean = snapshot["episode_return_mean"]
-    print(
-        f"frames {snapshot['frames']:,}/{snapshot['total_frames']:,} | "
-        f"{snapshot['frames_per_s']:,.0f} frames/s | optim steps {snapshot['optim_steps']:,} | "
-        f"return {'-' if math.isnan(mean) else f'{mean:.1f}'} | eps {snapshot['epsilon']:.3f}",
-        flush=True,
-    )
-
-
 def install_signal_handlers(controller: Controller) -> None:
     """First SIGINT/SIGTERM: stop at the next boundary; a second one: exit at once."""
 
@@ -123,12 +113,14 @@ def main(argv: list[str] | None = None) -> int:
     if config.metrics.enabled:
         exporter = MetricsExporter(config.metrics.host, config.metrics.port)
         exporter.attach(controller)
-    controller.register("progress", print_progress)
+    progress = ProgressReporter()
+    controller.register("progress", progress)
     controller.register("progress", lambda _, snapshot: run_log.write(snapshot))
     install_signal_handlers(controller)
     try:
         summary = controller.run()
     finally:
+        progress.close()
         if exporter is not None:
             exporter.close()
         run_log.close()
