@@ -70,6 +70,7 @@ def init_ray(config: RunConfig) -> None:
         return
     gpus = config.learner.world_size * config.learner.resources_per_rank.get("GPU", 0)
     ray.init(
+        address="local",  # never attach to a `ray start` cluster found on this machine
         num_cpus=max(os.cpu_count() or 1, math.ceil(logical_cpus(config))),
         num_gpus=gpus or None,
         include_dashboard=False,
