@@ -1,8 +1,11 @@
 """`ray job submit` against a real head node on loopback, and the deploy/ manifests."""
 
+import contextlib
 import json
 import os
 import re
+import shutil
+import signal
 import socket
 import subprocess
 import tempfile
@@ -117,8 +120,26 @@ class Head:
         result = self.job("logs", job_id)
         return result.stdout + result.stderr
 
+    def pids(self) -> list[int]:
+        """Processes whose command line names this head's temp dir."""
+        found = []
+        for entry in Path("/proc").iterdir():
+            if entry.name.isdigit():
+                with contextlib.suppress(OSError):
+                    if self.temp_dir.encode() in (entry / "cmdline").read_bytes():
+                        found.append(int(entry.name))
+        return found
+
     def stop(self):
-        subprocess.run(["ray", "stop", "--force"], env=self.env, capture_output=True, timeout=120)
+        """Ends this head's processes only (`ray stop` would end every Ray on the machine)."""
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            for pid in self.pids():
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, sig)
+            deadline = time.monotonic() + 20
+            while self.pids() and time.monotonic() < deadline:
+                time.sleep(0.2)  # polling process exit: there is no event to await
+        shutil.rmtree(self.temp_dir, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")
