@@ -17,10 +17,12 @@ references. One loop (see :meth:`Controller.run`):
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import gymnasium as gym
 import ray
@@ -32,6 +34,8 @@ from learner.group import LearnerGroup, PendingRound
 from learner.receipts import PublishedWeights, StepReceipt
 from replay.client import ReplayClient
 from replay.shard import remote_shard
+from services.checkpoint import CheckpointStore, latest_valid
+from services.checkpointing import restore_learners, restore_services, save_cut
 from services.config import ConfigError, RunConfig
 from services.stats import EpisodeWindow, RateMeter, RunCounters
 
@@ -83,8 +87,20 @@ class Controller:
         >>> summary = controller.run()  # sets up, trains, shuts down  # doctest: +SKIP
     """
 
-    def __init__(self, config: RunConfig, *, model_spec: ModelSpec | None = None) -> None:
+    def __init__(
+        self,
+        config: RunConfig,
+        *,
+        model_spec: ModelSpec | None = None,
+        checkpoint_root: str | Path | None = None,
+        resume_from: str | Path | None = None,
+    ) -> None:
         self.config = config
+        root = config.checkpoint.dir or checkpoint_root
+        self.checkpoints = CheckpointStore(root, config.checkpoint.keep) if root else None
+        self.resume_from = Path(resume_from) if resume_from else None
+        self.last_checkpoint: Path | None = None
+        self.next_checkpoint_frames = config.checkpoint.interval_frames or None
         self.model_spec = model_spec or model_spec_for(config)
         self.counters = RunCounters()
         self.episodes = EpisodeWindow(config.controller.episode_window)
@@ -114,7 +130,8 @@ class Controller:
             raise ValueError(f"unknown event {event!r}; events: {EVENTS}")
         self.hooks[event].append(hook)
 
-    def _emit(self, event: str, *args) -> None:
+    def emit(self, event: str, *args) -> None:
+        """Calls the hooks registered for ``event``."""
         for hook in self.hooks[event]:
             hook(self, *args)
 
@@ -147,23 +164,90 @@ class Controller:
             max_restarts=cfg.collector.max_restarts,
             vector_mode=cfg.collector.vector_mode,
         )
-        self.learners = LearnerGroup(
-            name,
+        self.collectors.wait_ready()
+        checkpoint = None
+        if self.resume_from is not None:
+            checkpoint, _ = latest_valid(self.resume_from)
+            restore_services(self, checkpoint)  # replay, collectors, driver counters
+            self.counters.generation += 1
+        self.learners = self._start_learners()
+        if checkpoint is not None:
+            restore_learners(self, checkpoint)
+            self.last_checkpoint = checkpoint
+            logger.info(
+                "resumed from %s at %d frames, version %d (generation %d)",
+                checkpoint,
+                self.counters.collected_frames,
+                self.counters.model_version,
+                self.counters.generation,
+            )
+        self._accept_weights(self.learners.publish(), force=True)
+        self.collectors.sync_weights(self.weights)
+        self.started_at = time.perf_counter()
+        self._rates = RateMeter()
+        self.emit("setup")
+
+    def _start_learners(self) -> LearnerGroup:
+        cfg = self.config
+        return LearnerGroup(
+            cfg.run.name,
             cfg.learner,
             self.model_spec,
             self.shards,
             cfg.seed,
             generation=self.counters.generation,
         )
-        self.collectors.wait_ready()
-        self._accept_weights(self.learners.publish())
-        self.started_at = time.perf_counter()
-        self._rates = RateMeter()
-        self._emit("setup")
+
+    def driver_state(self) -> dict:
+        """The driver's own part of a checkpoint (counters, episode window, milestones)."""
+        return {
+            "counters": dataclasses.asdict(self.counters),
+            "episode_returns": list(self.episodes.returns),
+            "episode_lengths": list(self.episodes.lengths),
+            "milestones": {str(k): v for k, v in self.milestones.items()},
+            "next_checkpoint_frames": self.next_checkpoint_frames,
+            "elapsed_s": time.perf_counter() - self.started_at,
+        }
+
+    def load_driver_state(self, state: dict) -> None:
+        """Restores :meth:`driver_state`."""
+        self.counters = RunCounters(**state["counters"])
+        self.episodes.extend(state["episode_returns"], state["episode_lengths"])
+        self.milestones = {float(k): v for k, v in state["milestones"].items()}
+        interval = self.config.checkpoint.interval_frames
+        if interval:
+            self.next_checkpoint_frames = (
+                self.counters.collected_frames // interval + 1
+            ) * interval
+
+    def checkpoint(self) -> Path | None:
+        """Cuts a consistent checkpoint now (None when checkpoints are off)."""
+        if self.checkpoints is None:
+            return None
+        return save_cut(self, self.checkpoints)
+
+    def _recover_learners(self, error: Exception) -> None:
+        """A learner rank died: restore the group from the latest checkpoint as a new generation."""
+        if self.last_checkpoint is None:
+            raise RuntimeError(
+                f"a learner rank died and there is no checkpoint to restore it from: {error}"
+            ) from error
+        logger.warning(
+            "learner generation %d failed (%s); restoring from %s",
+            self.counters.generation,
+            error,
+            self.last_checkpoint,
+        )
+        self.pending_round = None
+        self.learners.shutdown()
+        self.counters.generation += 1
+        self.learners = self._start_learners()
+        restore_learners(self, self.last_checkpoint)
+        self._accept_weights(self.learners.publish(), force=True)
 
     def shutdown(self) -> None:
         """Stops every actor this controller started (idempotent)."""
-        self._emit("shutdown")
+        self.emit("shutdown")
         if self.learners is not None:
             self.learners.shutdown()
             self.learners = None
@@ -258,7 +342,7 @@ class Controller:
         c.episodes += len(receipt.episode_returns)
         self.episodes.extend(receipt.episode_returns, receipt.episode_lengths)
         self._check_milestones()
-        self._emit("rollout", receipt)
+        self.emit("rollout", receipt)
 
     def _check_milestones(self) -> None:
         ctrl = self.config.controller
@@ -276,7 +360,11 @@ class Controller:
             self.request_stop()
 
     def _on_round(self) -> None:
-        receipt: StepReceipt = self.learners.finish_round(self.pending_round)
+        try:
+            receipt: StepReceipt = self.learners.finish_round(self.pending_round)
+        except ray.exceptions.RayActorError as err:
+            self._recover_learners(err)
+            return
         self.pending_round = None
         c = self.counters
         c.optim_steps += receipt.optim_steps
@@ -285,10 +373,10 @@ class Controller:
         if receipt.published is not None:
             self._accept_weights(receipt.published)
         self.last_learner_metrics = receipt.metrics
-        self._emit("round", receipt)
+        self.emit("round", receipt)
 
-    def _accept_weights(self, weights: PublishedWeights) -> None:
-        if self.weights is not None and weights.key <= self.weights.key:
+    def _accept_weights(self, weights: PublishedWeights, *, force: bool = False) -> None:
+        if not force and self.weights is not None and weights.key <= self.weights.key:
             return
         self.weights = weights
         self.counters.published_version = weights.version
@@ -298,31 +386,57 @@ class Controller:
         ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
         return len(ready) == len(refs)
 
+    def wait_and_process(self, timeout: float) -> bool:
+        """Waits for a rollout or the learner round, then counts what finished.
+
+        Returns:
+            False when nothing was in flight.
+        """
+        waitable = list(self.inflight)
+        if self.pending_round is not None:
+            waitable += list(self.pending_round.refs)
+        if not waitable:
+            return False
+        ray.wait(waitable, num_returns=1, timeout=timeout)
+        done, _ = ray.wait(list(self.inflight), num_returns=len(self.inflight), timeout=0)
+        for ref in done:
+            self._on_rollout(ref)
+        if self.pending_round is not None and self._round_ready():
+            self._on_round()
+        return True
+
+    def _checkpoint_due(self) -> bool:
+        due = self.next_checkpoint_frames
+        if due is None or self.counters.collected_frames < due or self.stop_requested:
+            return False
+        interval = self.config.checkpoint.interval_frames
+        self.next_checkpoint_frames = (self.counters.collected_frames // interval + 1) * interval
+        return True
+
     def train(self) -> None:
-        """Runs the loop until the frame budget and the owed steps are done, or a stop."""
+        """Runs the loop until the frame budget and the owed steps are done, or a stop.
+
+        Checkpoints are cut every ``checkpoint.interval_frames``, and at the end when stopped
+        or (with ``checkpoint.at_end``) when the budget is reached.
+        """
         ctrl = self.config.controller
         next_progress = time.perf_counter() + ctrl.log_interval_s
         while True:
+            if self._checkpoint_due():
+                self.checkpoint()
             self._issue_rollouts()
             self._maybe_start_round()
-            waitable = list(self.inflight)
-            if self.pending_round is not None:
-                waitable += list(self.pending_round.refs)
-            if not waitable:
+            if not self.wait_and_process(ctrl.log_interval_s):
                 break  # nothing in flight and nothing owed: budget reached or stop requested
-            ray.wait(waitable, num_returns=1, timeout=ctrl.log_interval_s)
-            done, _ = ray.wait(list(self.inflight), num_returns=len(self.inflight), timeout=0)
-            for ref in done:
-                self._on_rollout(ref)
-            if self.pending_round is not None and self._round_ready():
-                self._on_round()
             if time.perf_counter() >= next_progress:
-                self._emit("progress", self.snapshot())
+                self.emit("progress", self.snapshot())
                 next_progress = time.perf_counter() + ctrl.log_interval_s
         if self.weights is not None:
             self.collectors.sync_weights(self.weights)  # collectors end on the newest version
         self.wall_s = time.perf_counter() - self.started_at
-        self._emit("progress", self.snapshot())
+        if self.stop_requested or self.config.checkpoint.at_end:
+            self.checkpoint()
+        self.emit("progress", self.snapshot())
 
     # -- reporting ---------------------------------------------------------------------------
     def snapshot(self) -> dict:

@@ -22,6 +22,8 @@ import sys
 
 import ray
 
+from services.checkpoint import CheckpointError
+from services.checkpointing import resolve_resume
 from services.config import ConfigError, RunConfig, load_config
 from services.controller import Controller, model_spec_for
 from services.metrics import MetricsExporter
@@ -37,6 +39,11 @@ def build_parser() -> argparse.ArgumentParser:
         prog="python -m services.train", description=__doc__.split("\n")[0]
     )
     parser.add_argument("--config", help="YAML run config (see deploy/configs/)")
+    parser.add_argument(
+        "--resume",
+        metavar="PATH",
+        help="resume from a checkpoint directory or a rotation directory (newest valid one)",
+    )
     parser.add_argument(
         "--set",
         action="append",
@@ -102,14 +109,23 @@ def main(argv: list[str] | None = None) -> int:
     try:
         config = load_config(args.config, args.set)
         model_spec = model_spec_for(config)
+        resume = resolve_resume(args.resume, config)[0] if args.resume else None
     except ConfigError as err:
         print(f"relayrl: invalid config: {err}", file=sys.stderr)
+        return 2
+    except CheckpointError as err:
+        print(f"relayrl: cannot resume: {err}", file=sys.stderr)
         return 2
     run_dir = resolve_run_dir(config.run.name, config.run.dir)
     run_log = RunLog(run_dir, config.to_dict())
     logger.info("run directory %s", run_dir)
     init_ray(config)
-    controller = Controller(config, model_spec=model_spec)
+    controller = Controller(
+        config,
+        model_spec=model_spec,
+        checkpoint_root=run_dir / "checkpoints",
+        resume_from=resume,
+    )
     exporter = None
     if config.metrics.enabled:
         exporter = MetricsExporter(config.metrics.host, config.metrics.port)
@@ -120,6 +136,9 @@ def main(argv: list[str] | None = None) -> int:
     install_signal_handlers(controller)
     try:
         summary = controller.run()
+    except KeyboardInterrupt:
+        logger.warning("interrupted before a clean stop")
+        return 130
     finally:
         progress.close()
         if exporter is not None:
@@ -127,6 +146,7 @@ def main(argv: list[str] | None = None) -> int:
         run_log.close()
         ray.shutdown()
     summary["run_dir"] = str(run_dir)
+    summary["checkpoint"] = str(controller.last_checkpoint) if controller.last_checkpoint else None
     print(json.dumps(summary), flush=True)
     return 0
 
