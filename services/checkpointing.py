@@ -109,7 +109,7 @@ def save_cut(controller, store: CheckpointStore) -> Path:
                 torch.save(state, staging / f"learner-{rank}.pt")
             replay_files = replay.result()
         counters = dataclasses.asdict(controller.counters)
-        write_json(staging / "driver.json", controller.driver_state())
+        write_json(staging / "driver.json", driver_state(controller))
         write_json(staging / "config.json", controller.config.to_dict())
         path = store.commit(
             staging,
@@ -126,6 +126,30 @@ def save_cut(controller, store: CheckpointStore) -> Path:
     controller.last_checkpoint = path
     controller.emit("checkpoint", path, seconds)
     return path
+
+
+def driver_state(controller) -> dict:
+    """The driver's own part of a checkpoint (counters, episode window, milestones)."""
+    return {
+        "counters": dataclasses.asdict(controller.counters),
+        "episode_returns": list(controller.episodes.returns),
+        "episode_lengths": list(controller.episodes.lengths),
+        "milestones": {str(k): v for k, v in controller.milestones.items()},
+        "next_checkpoint_frames": controller.next_checkpoint_frames,
+        "elapsed_s": time.perf_counter() - controller.started_at,
+    }
+
+
+def load_driver_state(controller, state: dict) -> None:
+    """Restores :func:`driver_state`."""
+    controller.counters = RunCounters(**state["counters"])
+    controller.episodes.extend(state["episode_returns"], state["episode_lengths"])
+    controller.milestones = {float(k): v for k, v in state["milestones"].items()}
+    interval = controller.config.checkpoint.interval_frames
+    if interval:
+        controller.next_checkpoint_frames = (
+            controller.counters.collected_frames // interval + 1
+        ) * interval
 
 
 def load_learner_states(checkpoint: Path, world_size: int) -> list[dict]:
@@ -154,7 +178,7 @@ def restore_services(controller, checkpoint: Path) -> dict:
     states = [load_state(checkpoint / f"collector-{i}") for i in range(len(controller.collectors))]
     controller.collectors.load_state_dicts(states)
     driver = read_json(checkpoint / "driver.json")
-    controller.load_driver_state(driver)
+    load_driver_state(controller, driver)
     return driver
 
 

@@ -17,14 +17,12 @@ references. One loop (see :meth:`Controller.run`):
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import math
 import time
 from collections.abc import Callable
 from pathlib import Path
 
-import gymnasium as gym
 import ray
 
 from collector.group import CollectorGroup
@@ -36,40 +34,14 @@ from replay.client import ReplayClient
 from replay.shard import remote_shard
 from services.checkpoint import CheckpointStore, latest_valid
 from services.checkpointing import restore_learners, restore_services, save_cut
-from services.config import ConfigError, RunConfig
+from services.config import RunConfig
+from services.spec import model_spec_for
 from services.stats import EpisodeWindow, RateMeter, RunCounters
 
 logger = logging.getLogger(__name__)
 
 Hook = Callable[..., None]
 EVENTS = ("setup", "rollout", "round", "progress", "checkpoint", "shutdown")
-
-
-def model_spec_for(config: RunConfig) -> ModelSpec:
-    """Reads the env's spaces and returns the Q-network spec.
-
-    Raises:
-        ConfigError: If the env id is unknown or its spaces do not suit DQN.
-    """
-    env_id = config.collector.env_id
-    try:
-        env = gym.make(env_id)
-    except gym.error.Error as err:
-        raise ConfigError(f"collector.env_id: cannot make {env_id!r}: {err}") from None
-    try:
-        obs_space, action_space = env.observation_space, env.action_space
-    finally:
-        env.close()
-    if not isinstance(action_space, gym.spaces.Discrete):
-        raise ConfigError(
-            f"collector.env_id: DQN needs a discrete action space, {env_id} has {action_space}"
-        )
-    if not isinstance(obs_space, gym.spaces.Box) or len(obs_space.shape) != 1:
-        raise ConfigError(
-            f"collector.env_id: the MLP Q-network needs a flat Box observation, "
-            f"{env_id} has {obs_space}"
-        )
-    return ModelSpec(int(obs_space.shape[0]), int(action_space.n), config.learner.hidden_sizes)
 
 
 class Controller:
@@ -197,28 +169,6 @@ class Controller:
             cfg.seed,
             generation=self.counters.generation,
         )
-
-    def driver_state(self) -> dict:
-        """The driver's own part of a checkpoint (counters, episode window, milestones)."""
-        return {
-            "counters": dataclasses.asdict(self.counters),
-            "episode_returns": list(self.episodes.returns),
-            "episode_lengths": list(self.episodes.lengths),
-            "milestones": {str(k): v for k, v in self.milestones.items()},
-            "next_checkpoint_frames": self.next_checkpoint_frames,
-            "elapsed_s": time.perf_counter() - self.started_at,
-        }
-
-    def load_driver_state(self, state: dict) -> None:
-        """Restores :meth:`driver_state`."""
-        self.counters = RunCounters(**state["counters"])
-        self.episodes.extend(state["episode_returns"], state["episode_lengths"])
-        self.milestones = {float(k): v for k, v in state["milestones"].items()}
-        interval = self.config.checkpoint.interval_frames
-        if interval:
-            self.next_checkpoint_frames = (
-                self.counters.collected_frames // interval + 1
-            ) * interval
 
     def checkpoint(self) -> Path | None:
         """Cuts a consistent checkpoint now (None when checkpoints are off)."""

@@ -25,10 +25,11 @@ import ray
 from services.checkpoint import CheckpointError
 from services.checkpointing import resolve_resume
 from services.config import ConfigError, RunConfig, load_config
-from services.controller import Controller, model_spec_for
+from services.controller import Controller
 from services.metrics import MetricsExporter
 from services.progress import ProgressReporter
 from services.rundir import RunLog, resolve_run_dir
+from services.spec import model_spec_for
 
 logger = logging.getLogger("relayrl")
 
