@@ -1,20 +1,35 @@
-"""The Collector Ray actor: a thin shell over :class:`collector.rollout.RolloutWorker`."""
+"""The Collector Ray actor: a thin shell over :class:`collector.rollout.RolloutWorker`.
+
+Pipelining: the actor runs with two rollout threads (``ROLLOUT_CONCURRENCY``). A rollout fetches
+newer weights before it takes the step lock (so the fetch overlaps the previous rollout's
+stepping), steps the envs and sends its replay write under the lock, then releases the lock and
+waits for the write's acknowledgement while the next rollout already steps. A receipt is
+returned only after its write is acknowledged, so a counted rollout is always stored.
+Sequence numbers are taken and writes sent under the lock, so the shard sees them in order.
+"""
 
 from __future__ import annotations
 
+import threading
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import ray
 import torch
 
 from collector.env import env_seeds, make_vector_env
-from collector.policy import EpsilonGreedy, ModelSpec
 from collector.receipts import RolloutReceipt
 from collector.rollout import RolloutWorker
 from replay.client import ReplayClient
+
+# Rollout calls an actor runs at once: one steps while the previous one waits for its write ack.
+ROLLOUT_CONCURRENCY = 2
+# Control calls (pause, resume, weights, state) run in their own threads, never behind rollouts.
+CONCURRENCY_GROUPS = {"control": 2}
+STATE_FORMAT = 1
 
 
 class Collector:
@@ -22,16 +37,23 @@ class Collector:
 
     Each instance is one writer of the replay service. Its writer id carries an incarnation
     token, so a restarted collector (whose sequence numbers start again at 0) is never mistaken
-    for a retry of its predecessor.
+    for a retry of its predecessor. Start it with :func:`collector.group.remote_collector` (or
+    ``CollectorGroup``) so the rollout and control threads exist; called directly it is a plain
+    object (tests drive it so).
 
     Args:
         collector_id: Index of this collector; writes go to shard ``collector_id % num_shards``.
-        env_id: Gymnasium id of the environment.
+        env_id: Gymnasium id or ``module:function`` env factory.
         num_envs: Sub-environments stepped in one vector env.
-        model_spec: Architecture of the Q-network (shared with the learners).
+        model_spec: Network spec (``ModelSpec`` for DQN, ``ActorCriticSpec`` for PPO/A2C/SAC).
         shards: Handles of the replay shards.
-        seed: Run seed; env and exploration seeds are derived from it and ``collector_id``.
+        seed: Run seed; env, exploration and init seeds are derived from it and ``collector_id``.
         vector_mode: ``"sync"`` or ``"async"``.
+
+    Keyword Args:
+        env_kwargs: Keyword arguments of the env (``gymnasium.make`` or the factory).
+        n_step: Steps per transition window.
+        gamma: Discount of the n-step returns.
     """
 
     def __init__(
@@ -39,75 +61,211 @@ class Collector:
         collector_id: int,
         env_id: str,
         num_envs: int,
-        model_spec: ModelSpec,
+        model_spec,
         shards: Sequence[ray.actor.ActorHandle],
         seed: int,
         vector_mode: str = "sync",
+        *,
+        env_kwargs: Mapping[str, Any] | None = None,
+        n_step: int = 1,
+        gamma: float = 0.99,
     ) -> None:
         torch.set_num_threads(1)
         self.collector_id = collector_id
+        self.seed = seed
         self.writer_id = f"collector-{collector_id}/{uuid.uuid4().hex[:8]}"
         self.replay = ReplayClient(shards)
         torch.manual_seed(seed * 7919 + collector_id)
-        self.q_network = model_spec.build().eval()
-        rng = np.random.default_rng(np.random.SeedSequence([seed, collector_id, 1]))
-        policy = EpsilonGreedy(self.q_network, model_spec.num_actions, rng)
-        envs = make_vector_env(env_id, num_envs, mode=vector_mode)
-        self.worker = RolloutWorker(envs, policy, env_seeds(seed, collector_id, num_envs))
+        self.network = model_spec.build().eval()
+        self.policy = model_spec.make_policy(
+            self.network, np.random.SeedSequence([seed, collector_id, 1])
+        )
+        envs = make_vector_env(env_id, num_envs, mode=vector_mode, env_kwargs=env_kwargs)
+        self.worker = RolloutWorker(
+            envs, self.policy, env_seeds(seed, collector_id, num_envs), n_step=n_step, gamma=gamma
+        )
         self.seq = 0
+        self.rollouts = 0
         self.generation = -1
         self.version = -1
+        self._step_lock = threading.Lock()
+        self._state = threading.Condition()
+        self._active = 0
+        self._paused = False
 
+    @property
+    def q_network(self) -> torch.nn.Module:
+        """The policy network (name kept from the DQN-only collector)."""
+        return self.network
+
+    # -- weights -----------------------------------------------------------------------------
+    @ray.method(concurrency_group="control")
     def policy_version(self) -> tuple[int, int]:
         """``(generation, version)`` of the weights in use; ``(-1, -1)`` before any."""
         return self.generation, self.version
 
+    def _is_newer(self, weights) -> bool:
+        return (weights.generation, weights.version) > (self.generation, self.version)
+
+    def _apply(self, weights, state_dict) -> bool:
+        """Loads fetched weights if still newer; the caller holds the step lock."""
+        if not self._is_newer(weights):
+            return False
+        self.network.load_state_dict(state_dict)
+        self.generation, self.version = weights.generation, weights.version
+        return True
+
+    @ray.method(concurrency_group="control")
     def set_weights(self, weights) -> bool:
         """Applies published weights if newer than the ones in use; returns whether it did.
+
+        Weights that are not newer by ``(generation, version)`` are ignored, so a collector
+        never goes back to older weights.
 
         Args:
             weights: A ``learner.PublishedWeights`` (generation, version, state dict reference).
         """
-        if (weights.generation, weights.version) <= (self.generation, self.version):
+        if not self._is_newer(weights):
             return False
-        self.q_network.load_state_dict(ray.get(weights.ref))
-        self.generation, self.version = weights.generation, weights.version
-        return True
+        state_dict = ray.get(weights.ref)
+        with self._step_lock:
+            return self._apply(weights, state_dict)
 
+    # -- rollouts ----------------------------------------------------------------------------
     def rollout(self, frames: int, epsilon: float, weights=None) -> RolloutReceipt:
         """Collects about ``frames`` transitions, writes them to replay and reports.
 
+        Waits while the collector is paused. The receipt comes back only once the replay
+        shard has acknowledged the write.
+
         Args:
             frames: Frame budget of this rollout: ``frames // num_envs`` vector steps (at least
-                one) are taken, and steps that only auto-reset an env are not written.
+                one) are taken; auto-reset steps and still-open n-step windows are not written.
             epsilon: Exploration rate set by the driver.
             weights: Optional newer ``PublishedWeights`` to apply before stepping.
         """
-        if weights is not None:
-            self.set_weights(weights)
-        start = time.perf_counter()
-        steps = max(1, frames // self.worker.num_envs)
-        batch = self.worker.rollout(steps, epsilon, self.version)
-        stepped = time.perf_counter()
-        write = self.replay.write(
-            batch.transitions, self.writer_id, self.seq, shard=self.collector_id
-        )
-        done = time.perf_counter()
-        receipt = RolloutReceipt(
-            collector_id=self.collector_id,
-            seq=self.seq,
-            frames=batch.frames,
-            episode_returns=tuple(batch.episode_returns),
-            episode_lengths=tuple(batch.episode_lengths),
-            policy_generation=self.generation,
-            policy_version=self.version,
-            writes=(write,),
-            rollout_s=stepped - start,
-            write_s=done - stepped,
-        )
-        self.seq += 1
-        return receipt
+        with self._state:
+            while self._paused:
+                self._state.wait()
+            self._active += 1
+        try:
+            fetched = None
+            if weights is not None and self._is_newer(weights):
+                fetched = ray.get(weights.ref)  # overlaps the previous rollout's stepping
+            with self._step_lock:
+                if fetched is not None:
+                    self._apply(weights, fetched)
+                start = time.perf_counter()
+                steps = max(1, frames // self.worker.num_envs)
+                batch = self.worker.rollout(steps, epsilon, self.version)
+                stepped = time.perf_counter()
+                seq = self.seq
+                self.seq += 1
+                pending = self.replay.write_async(
+                    batch.transitions, self.writer_id, seq, shard=self.collector_id
+                )
+                generation, version = self.generation, self.version
+            write = ray.get(pending)
+            self.rollouts += 1
+            return RolloutReceipt(
+                collector_id=self.collector_id,
+                seq=seq,
+                frames=batch.frames,
+                episode_returns=tuple(batch.episode_returns),
+                episode_lengths=tuple(batch.episode_lengths),
+                policy_generation=generation,
+                policy_version=version,
+                writes=(write,),
+                rollout_s=stepped - start,
+                write_s=time.perf_counter() - stepped,
+            )
+        finally:
+            with self._state:
+                self._active -= 1
+                self._state.notify_all()
 
+    # -- pause barrier -------------------------------------------------------------------------
+    @ray.method(concurrency_group="control")
+    def pause(self, timeout: float | None = None) -> int:
+        """Holds new rollouts and returns once none is running and every write is acknowledged.
+
+        Rollout calls that arrive while paused wait (they are not refused) and run after
+        :meth:`resume`.
+
+        Args:
+            timeout: Seconds to wait for running rollouts; None waits as long as it takes.
+
+        Returns:
+            The sequence number the next write will carry.
+
+        Raises:
+            TimeoutError: If rollouts are still running after ``timeout`` (still paused).
+        """
+        with self._state:
+            self._paused = True
+            if not self._state.wait_for(lambda: self._active == 0, timeout):
+                raise TimeoutError(f"collector {self.collector_id}: rollouts still running")
+            return self.seq
+
+    @ray.method(concurrency_group="control")
+    def resume(self) -> None:
+        """Lets waiting and new rollouts run again."""
+        with self._state:
+            self._paused = False
+            self._state.notify_all()
+
+    # -- state -------------------------------------------------------------------------------
+    @ray.method(concurrency_group="control")
+    def state_dict(self) -> dict:
+        """Counters, RNG states and episode statistics (JSON-able values plus numpy arrays).
+
+        Call it while paused for a consistent cut. See the package docstring for what is not
+        captured (mid-episode env state, open n-step windows, partial episodes).
+        """
+        with self._step_lock:
+            return {
+                "format": STATE_FORMAT,
+                "collector_id": self.collector_id,
+                "num_envs": self.worker.num_envs,
+                "n_step": self.worker.nstep.n,
+                "seq": self.seq,
+                "rollouts": self.rollouts,
+                "frames": self.worker.frames,
+                "episodes": self.worker.episodes,
+                "policy": self.policy.state_dict(),
+                "torch_rng": torch.get_rng_state().numpy(),
+            }
+
+    @ray.method(concurrency_group="control")
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restores counters and RNGs, and restarts every env on a fresh, re-seeded episode.
+
+        The writer id keeps this incarnation's token, so restored sequence numbers can never
+        be mistaken for retries of writes already stored.
+
+        Raises:
+            ValueError: If the state belongs to another collector or another shape of one.
+        """
+        expected = {
+            "format": STATE_FORMAT,
+            "collector_id": self.collector_id,
+            "num_envs": self.worker.num_envs,
+            "n_step": self.worker.nstep.n,
+        }
+        for key, value in expected.items():
+            if state.get(key) != value:
+                raise ValueError(f"{key}: state has {state.get(key)!r}, collector has {value!r}")
+        with self._step_lock:
+            self.seq = int(state["seq"])
+            self.rollouts = int(state["rollouts"])
+            self.worker.frames = int(state["frames"])
+            self.worker.episodes = int(state["episodes"])
+            self.policy.load_state_dict(state["policy"])
+            torch.set_rng_state(torch.tensor(np.asarray(state["torch_rng"]), dtype=torch.uint8))
+            seeds = env_seeds(self.seed, self.collector_id, self.worker.num_envs, self.seq + 1)
+            self.worker.reset(seeds)
+
+    @ray.method(concurrency_group="control")
     def ping(self) -> int:
         """Liveness probe; returns the collector id."""
         return self.collector_id

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
-VECTOR_MODES = ("sync", "async")
+from collector.env import VECTOR_MODES
 
 
 @dataclasses.dataclass(frozen=True)
@@ -12,7 +13,8 @@ class CollectorConfig:
     """Collector actors, their environments and exploration.
 
     Attributes:
-        env_id: Gymnasium environment id.
+        env_id: Gymnasium environment id, or ``package.module:function`` returning one env.
+        env_kwargs: Keyword arguments for ``gymnasium.make`` or the factory.
         num_collectors: Collector actors.
         envs_per_collector: Sub-environments per collector (one vector env).
         vector_mode: ``sync`` (in-process) or ``async`` (subprocess per env).
@@ -20,6 +22,8 @@ class CollectorConfig:
         max_inflight: Rollout calls kept in flight per collector.
         frame_skip: Emulator frames per agent step, for frame counting only (set it to the
             env's own frame skip, e.g. 4 for ALE; relayrl does not repeat actions).
+        n_step: Steps per transition window, built collector-side (1: one-step transitions).
+        gamma: Discount of the n-step returns; match the learner's ``gamma``.
         num_cpus: Logical Ray CPUs per collector.
         max_restarts: Restarts Ray grants a dead collector.
         epsilon_start: Exploration rate at frame 0 (annealed by the driver).
@@ -29,6 +33,7 @@ class CollectorConfig:
 
     # Environments
     env_id: str = "CartPole-v1"
+    env_kwargs: dict[str, Any] = dataclasses.field(default_factory=dict)
     num_collectors: int = 2
     envs_per_collector: int = 8
     vector_mode: str = "sync"
@@ -36,6 +41,8 @@ class CollectorConfig:
     rollout_frames: int = 256
     max_inflight: int = 2
     frame_skip: int = 1
+    n_step: int = 1
+    gamma: float = 0.99
     # Actors
     num_cpus: float = 0.5
     max_restarts: int = 3
@@ -46,6 +53,12 @@ class CollectorConfig:
 
     def __post_init__(self) -> None:
         checks = [
+            (
+                bool(self.env_id) and self.env_id.strip() == self.env_id,
+                "env_id",
+                "must be a gymnasium id or module:function",
+                self.env_id,
+            ),
             (self.num_collectors >= 1, "num_collectors", "must be >= 1", self.num_collectors),
             (
                 self.envs_per_collector >= 1,
@@ -68,6 +81,8 @@ class CollectorConfig:
             ),
             (self.max_inflight >= 1, "max_inflight", "must be >= 1", self.max_inflight),
             (self.frame_skip >= 1, "frame_skip", "must be >= 1", self.frame_skip),
+            (self.n_step >= 1, "n_step", "must be >= 1", self.n_step),
+            (0 <= self.gamma <= 1, "gamma", "must be in [0, 1]", self.gamma),
             (self.num_cpus >= 0, "num_cpus", "must be >= 0", self.num_cpus),
             (self.max_restarts >= 0, "max_restarts", "must be >= 0", self.max_restarts),
             (

@@ -2,6 +2,12 @@
 
 The network architecture is described by a small frozen :class:`ModelSpec` that the driver hands
 to both collectors and learners, so both build the same module and exchange plain state dicts.
+
+A spec is anything with ``build() -> nn.Module`` and ``make_policy(network, seed) -> policy``; a
+policy has ``act(obs, epsilon) -> (actions, extras)`` (extras: per-env arrays stored with each
+transition, e.g. ``log_prob`` and ``value``) and ``state_dict``/``load_state_dict`` for its RNG.
+:class:`ModelSpec` makes :class:`EpsilonGreedy` (DQN); ``collector.stochastic.ActorCriticSpec``
+makes categorical or Gaussian actors (PPO, A2C, SAC).
 """
 
 from __future__ import annotations
@@ -37,6 +43,10 @@ class ModelSpec:
         layers.append(nn.Linear(width, self.num_actions))
         return nn.Sequential(*layers)
 
+    def make_policy(self, network: nn.Module, seed: np.random.SeedSequence) -> EpsilonGreedy:
+        """The exploration policy collectors run with this network."""
+        return EpsilonGreedy(network, self.num_actions, np.random.default_rng(seed))
+
 
 class EpsilonGreedy:
     """Epsilon-greedy action selection over a Q-network, batched over envs.
@@ -45,6 +55,12 @@ class EpsilonGreedy:
         q_network: Module mapping ``[n, obs_dim]`` observations to ``[n, num_actions]`` values.
         num_actions: Number of discrete actions.
         rng: Generator for the exploration coin flips and random actions.
+
+    Examples:
+        >>> policy = ModelSpec(4, 2).make_policy(ModelSpec(4, 2).build(), np.random.SeedSequence(0))
+        >>> actions, extras = policy.act(np.zeros((3, 4), np.float32), epsilon=0.1)
+        >>> actions.shape, extras
+        ((3,), {})
     """
 
     def __init__(self, q_network: nn.Module, num_actions: int, rng: np.random.Generator) -> None:
@@ -52,14 +68,35 @@ class EpsilonGreedy:
         self.num_actions = num_actions
         self.rng = rng
 
+    def act(self, obs: np.ndarray, epsilon: float) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        """Returns an int64 action per observation row and no extras.
+
+        With ``epsilon >= 1`` the network is not evaluated (uniform random actions).
+        """
+        n = obs.shape[0]
+        if epsilon >= 1.0:
+            return self.rng.integers(0, self.num_actions, size=n), {}
+        x = torch.from_numpy(obs) if obs.dtype == np.float32 else torch.as_tensor(obs).float()
+        if torch.is_inference_mode_enabled():
+            greedy = self.q_network(x).argmax(dim=-1).numpy()
+        else:
+            with torch.inference_mode():
+                greedy = self.q_network(x).argmax(dim=-1).numpy()
+        if epsilon <= 0.0:
+            return greedy, {}
+        explore = self.rng.random(n) < epsilon
+        if explore.any():
+            greedy = np.where(explore, self.rng.integers(0, self.num_actions, size=n), greedy)
+        return greedy, {}
+
     def __call__(self, obs: np.ndarray, epsilon: float) -> np.ndarray:
         """Returns an int64 action per observation row."""
-        n = obs.shape[0]
-        explore = self.rng.random(n) < epsilon
-        random_actions = self.rng.integers(0, self.num_actions, size=n)
-        if explore.all():
-            return random_actions
-        with torch.inference_mode():
-            q_values = self.q_network(torch.as_tensor(obs, dtype=torch.float32))
-        greedy = q_values.argmax(dim=-1).numpy()
-        return np.where(explore, random_actions, greedy)
+        return self.act(obs, epsilon)[0]
+
+    def state_dict(self) -> dict:
+        """The exploration RNG's state (JSON-able)."""
+        return {"numpy_rng": self.rng.bit_generator.state}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Restores the exploration RNG."""
+        self.rng.bit_generator.state = state["numpy_rng"]

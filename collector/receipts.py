@@ -21,7 +21,8 @@ class RolloutReceipt:
         policy_version: Model version of the weights used (-1: initial, unpublished weights).
         writes: Replay write receipts of the rollout's transitions.
         rollout_s: Seconds spent stepping envs and the policy.
-        write_s: Seconds spent waiting for replay acknowledgements.
+        write_s: Seconds from sending the replay write to its acknowledgement; the collector
+            steps its next rollout meanwhile, so this time is not lost to collection.
     """
 
     collector_id: int
@@ -37,5 +38,8 @@ class RolloutReceipt:
 
     @property
     def frames_per_s(self) -> float:
-        """Collection speed of this rollout, writes included."""
-        return self.frames / max(self.rollout_s + self.write_s, 1e-9)
+        """Collection speed of this collector: transitions per second of stepping.
+
+        Writes overlap the next rollout's stepping, so a busy collector delivers this rate.
+        """
+        return self.frames / max(self.rollout_s, 1e-9)

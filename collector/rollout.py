@@ -1,19 +1,26 @@
 """The pure rollout core: steps a vector env with a policy and builds transitions (no Ray).
 
 Gymnasium's vector envs auto-reset on the step *after* an episode ends (``NEXT_STEP`` mode): that
-step ignores the action and returns the first observation of the new episode. The worker drops
-those steps, so no stored transition spans two episodes, and it counts only real transitions as
-frames. ``terminated`` and ``truncated`` are stored apart: a learner bootstraps through a
-truncation but not through a termination.
+step ignores the action, returns the first observation of the new episode and reports neither
+termination nor truncation. The worker marks those steps invalid, so no stored transition spans
+two episodes, and it counts only real transitions as frames. ``terminated`` and ``truncated`` are
+stored apart: a learner bootstraps through a truncation (from the truncated state, which is the
+stored ``next_observation``) but not through a termination. N-step windows are built by
+:class:`collector.nstep.NStepBuffer` and stay open across rollouts.
+
+The step loop does only what must happen per step (policy, env step, five buffer writes); the
+validity mask and the episode statistics are computed afterwards, vectorized over the rollout.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
 
 import gymnasium as gym
 import numpy as np
+import torch
+
+from collector.nstep import NStepBuffer
 
 
 @dataclasses.dataclass
@@ -30,83 +37,131 @@ class RolloutBatch:
         return len(self.transitions["reward"])
 
 
-Policy = Callable[[np.ndarray, float], np.ndarray]
-
-
 class RolloutWorker:
     """Steps a vector env and records transitions, continuing across rollouts.
 
     Args:
         envs: A gymnasium vector env in ``NEXT_STEP`` autoreset mode.
-        policy: ``policy(obs_batch, epsilon) -> actions``.
+        policy: Has ``act(obs_batch, epsilon) -> (actions, extras)`` (see ``collector.policy``).
         seeds: One reset seed per sub-env.
+
+    Keyword Args:
+        n_step: Steps per transition window (1: one-step transitions).
+        gamma: Discount of the n-step returns.
+
+    Examples:
+        >>> from collector.env import make_vector_env
+        >>> from collector.policy import ModelSpec
+        >>> spec = ModelSpec(4, 2)
+        >>> policy = spec.make_policy(spec.build(), np.random.SeedSequence(0))
+        >>> worker = RolloutWorker(make_vector_env("CartPole-v1", 2), policy, [1, 2], n_step=3)
+        >>> batch = worker.rollout(num_steps=10, epsilon=1.0, policy_version=0)
+        >>> batch.frames <= 2 * (10 - 2)  # the last n - 1 steps' windows are still open
+        True
     """
 
-    def __init__(self, envs: gym.vector.VectorEnv, policy: Policy, seeds: list[int]) -> None:
+    def __init__(
+        self,
+        envs: gym.vector.VectorEnv,
+        policy,
+        seeds: list[int],
+        *,
+        n_step: int = 1,
+        gamma: float = 0.99,
+    ) -> None:
         self.envs = envs
         self.policy = policy
         self.num_envs = envs.num_envs
-        self.obs, _ = envs.reset(seed=seeds)
+        self.nstep = NStepBuffer(n_step, gamma)
+        space = envs.single_action_space
+        self.action_bounds = (space.low, space.high) if isinstance(space, gym.spaces.Box) else None
+        self.frames = 0
+        self.episodes = 0
+        self.reset(seeds)
+
+    def reset(self, seeds: list[int]) -> None:
+        """Starts fresh episodes from ``seeds``; open n-step windows and partial episodes go."""
+        self.obs, _ = self.envs.reset(seed=seeds)
         self.autoreset = np.zeros(self.num_envs, dtype=bool)
         self.episode_return = np.zeros(self.num_envs, dtype=np.float64)
         self.episode_length = np.zeros(self.num_envs, dtype=np.int64)
-        self.episodes_done = 0
+        self.nstep.clear()
 
     def rollout(self, num_steps: int, epsilon: float, policy_version: int) -> RolloutBatch:
         """Steps every sub-env ``num_steps`` times.
 
         Args:
-            num_steps: Vector steps to take (up to ``num_steps * num_envs`` transitions).
+            num_steps: Vector steps to take.
             epsilon: Exploration rate handed to the policy.
             policy_version: Stored with every transition, so policy lag can be measured.
 
         Returns:
-            The valid transitions, in time-major order, and finished episodes' statistics.
+            The transitions whose n-step windows completed, time-major then env order, and the
+            statistics of episodes that finished during the rollout.
         """
         n = self.num_envs
-        obs_shape = self.obs.shape[1:]
-        obs_buf = np.empty((num_steps, n, *obs_shape), dtype=self.obs.dtype)
-        next_buf = np.empty_like(obs_buf)
-        action_buf = None
+        obs = self.obs
+        obs_buf = np.empty((num_steps + 1, n, *obs.shape[1:]), dtype=obs.dtype)
+        obs_buf[0] = obs
         reward_buf = np.empty((num_steps, n), dtype=np.float32)
         term_buf = np.empty((num_steps, n), dtype=bool)
         trunc_buf = np.empty((num_steps, n), dtype=bool)
-        valid_buf = np.empty((num_steps, n), dtype=bool)
+        action_buf = extra_bufs = None
+        act, step, bounds = self.policy.act, self.envs.step, self.action_bounds
+        with torch.inference_mode():
+            for t in range(num_steps):
+                actions, extras = act(obs, epsilon)
+                if action_buf is None:
+                    action_buf = np.empty((num_steps, *actions.shape), dtype=actions.dtype)
+                    extra_bufs = {
+                        k: np.empty((num_steps, *v.shape), v.dtype) for k, v in extras.items()
+                    }
+                action_buf[t] = actions
+                if extras:
+                    for key, value in extras.items():
+                        extra_bufs[key][t] = value
+                if bounds is not None:
+                    actions = np.clip(actions, *bounds)
+                obs, reward_buf[t], term_buf[t], trunc_buf[t], _ = step(actions)
+                obs_buf[t + 1] = obs
+        self.obs = obs
+        done = term_buf | trunc_buf
+        valid = np.empty((num_steps, n), dtype=bool)
+        valid[0] = ~self.autoreset
+        valid[1:] = ~done[:-1]
+        self.autoreset = done[-1].copy()
+        returns, lengths = self._episode_stats(reward_buf, valid, done)
+        steps = {
+            "action": action_buf,
+            "reward": reward_buf,
+            "terminated": term_buf,
+            "truncated": trunc_buf,
+            "valid": valid,
+            "policy_version": np.full((num_steps, n), policy_version, dtype=np.int64),
+            **extra_bufs,
+        }
+        batch = RolloutBatch(self.nstep.add(steps, obs_buf), returns, lengths)
+        self.frames += batch.frames
+        return batch
+
+    def _episode_stats(
+        self, reward: np.ndarray, valid: np.ndarray, done: np.ndarray
+    ) -> tuple[list[float], list[int]]:
+        """Returns and lengths of the episodes that ended, updating the running partial sums."""
+        return_sum = np.cumsum(np.where(valid, reward, 0.0), axis=0)
+        length_sum = np.cumsum(valid, axis=0, dtype=np.int64)
+        # Per env, the cumulative sums at its last episode end, shifted by the partial episode
+        # carried in from earlier rollouts.
+        return_base = -self.episode_return
+        length_base = -self.episode_length
         returns: list[float] = []
         lengths: list[int] = []
-        for t in range(num_steps):
-            actions = self.policy(self.obs, epsilon)
-            if action_buf is None:
-                action_buf = np.empty((num_steps, *actions.shape), dtype=actions.dtype)
-            next_obs, reward, terminated, truncated, _ = self.envs.step(actions)
-            valid = ~self.autoreset
-            obs_buf[t], next_buf[t], action_buf[t] = self.obs, next_obs, actions
-            reward_buf[t], term_buf[t], trunc_buf[t], valid_buf[t] = (
-                reward,
-                terminated,
-                truncated,
-                valid,
-            )
-            self.episode_return += np.where(valid, reward, 0.0)
-            self.episode_length += valid
-            done = (terminated | truncated) & valid
-            if done.any():
-                returns.extend(self.episode_return[done].tolist())
-                lengths.extend(self.episode_length[done].tolist())
-                self.episode_return[done] = 0.0
-                self.episode_length[done] = 0
-                self.episodes_done += int(done.sum())
-            self.autoreset = done
-            self.obs = next_obs
-        mask = valid_buf.reshape(-1)
-        frames = int(mask.sum())
-        transitions = {
-            "observation": obs_buf.reshape(-1, *obs_shape)[mask],
-            "action": action_buf.reshape(num_steps * n, *action_buf.shape[2:])[mask],
-            "reward": reward_buf.reshape(-1)[mask],
-            "next_observation": next_buf.reshape(-1, *obs_shape)[mask],
-            "terminated": term_buf.reshape(-1)[mask],
-            "truncated": trunc_buf.reshape(-1)[mask],
-            "policy_version": np.full(frames, policy_version, dtype=np.int64),
-        }
-        return RolloutBatch(transitions, returns, lengths)
+        for t, e in zip(*np.nonzero(done), strict=True):
+            returns.append(float(return_sum[t, e] - return_base[e]))
+            lengths.append(int(length_sum[t, e] - length_base[e]))
+            return_base[e] = return_sum[t, e]
+            length_base[e] = length_sum[t, e]
+        self.episode_return = return_sum[-1] - return_base
+        self.episode_length = length_sum[-1] - length_base
+        self.episodes += len(returns)
+        return returns, lengths

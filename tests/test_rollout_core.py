@@ -1,9 +1,11 @@
 import numpy as np
+import pytest
 import torch
 
 from collector.env import env_seeds, make_vector_env
 from collector.policy import EpsilonGreedy, ModelSpec
 from collector.rollout import RolloutWorker
+from collector.stochastic import ActorCriticSpec
 
 
 def make_worker(num_envs=4, seed=0):
@@ -53,3 +55,91 @@ def test_greedy_policy_follows_q_values():
     obs = np.zeros((16, 4), np.float32)
     assert (policy(obs, 0.0) == 1).all()
     assert set(policy(np.zeros((4000, 4), np.float32), 1.0).tolist()) == {0, 1}
+
+
+def test_episode_statistics_carry_across_rollouts():
+    worker = make_worker(num_envs=3)
+    returns, lengths = [], []
+    for steps in (5, 1, 40, 13, 60):
+        batch = worker.rollout(steps, epsilon=1.0, policy_version=0)
+        returns += batch.episode_returns
+        lengths += batch.episode_lengths
+    assert len(lengths) >= 3
+    assert returns == [float(n) for n in lengths]  # CartPole pays 1 per step
+    assert min(lengths) >= 8  # no episode split in two at a rollout boundary
+    assert worker.episodes == len(lengths)
+
+
+def test_async_vector_env_and_env_kwargs():
+    envs = make_vector_env("CartPole-v1", 2, mode="async", env_kwargs={"max_episode_steps": 5})
+    spec = ModelSpec(4, 2, (8,))
+    policy = spec.make_policy(spec.build(), np.random.SeedSequence(0))
+    worker = RolloutWorker(envs, policy, env_seeds(0, 0, 2))
+    try:
+        batch = worker.rollout(12, epsilon=0.0, policy_version=0)
+    finally:
+        envs.close()
+    assert max(batch.episode_lengths) <= 5
+    assert batch.transitions["truncated"].sum() >= 2
+
+
+def test_factory_paths_are_resolved_or_refused():
+    envs = make_vector_env("gymnasium.envs.classic_control:CartPoleEnv", 2)
+    assert envs.num_envs == 2
+    with pytest.raises(ValueError, match="cannot import"):
+        make_vector_env("no_such_module_xyz:make", 1)
+    with pytest.raises(ValueError, match="no callable"):
+        make_vector_env("gymnasium:no_such_factory", 1)
+
+
+def test_categorical_actor_stores_log_probs_and_values():
+    spec = ActorCriticSpec(obs_dim=4, action_dim=2, distribution="categorical")
+    torch.manual_seed(0)
+    network = spec.build()
+    policy = spec.make_policy(network, np.random.SeedSequence(0))
+    worker = RolloutWorker(make_vector_env("CartPole-v1", 4), policy, env_seeds(0, 0, 4))
+    t = worker.rollout(50, epsilon=0.0, policy_version=0).transitions
+    obs = torch.as_tensor(t["observation"])
+    with torch.no_grad():
+        logits, values = network(obs)
+    dist = torch.distributions.Categorical(logits=logits)
+    expected = dist.log_prob(torch.as_tensor(t["action"]))
+    np.testing.assert_allclose(t["log_prob"], expected.numpy(), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(t["value"], values.numpy(), rtol=1e-5, atol=1e-6)
+    assert set(np.unique(t["action"])) == {0, 1}
+
+
+@pytest.mark.parametrize("squash", [False, True])
+def test_gaussian_actor_log_probs_match_torch_distributions(squash):
+    spec = ActorCriticSpec(obs_dim=3, action_dim=1, distribution="gaussian", squash=squash)
+    torch.manual_seed(0)
+    network = spec.build()
+    policy = spec.make_policy(network, np.random.SeedSequence(1))
+    worker = RolloutWorker(make_vector_env("Pendulum-v1", 2), policy, env_seeds(0, 0, 2))
+    t = worker.rollout(30, epsilon=0.0, policy_version=0).transitions
+    with torch.no_grad():
+        mean, values = network(torch.as_tensor(t["observation"]))
+    dist = torch.distributions.Normal(mean, network.log_std.detach().exp())
+    actions = torch.as_tensor(t["action"])
+    if squash:
+        assert actions.abs().max() < 1
+        dist = torch.distributions.TransformedDistribution(
+            dist, [torch.distributions.TanhTransform(cache_size=1)]
+        )
+        actions = actions.clamp(-1 + 1e-6, 1 - 1e-6)
+    expected = dist.log_prob(actions).sum(-1)
+    np.testing.assert_allclose(t["log_prob"], expected.numpy(), rtol=1e-3, atol=1e-3)
+    np.testing.assert_allclose(t["value"], values.numpy(), rtol=1e-5, atol=1e-6)
+    assert t["action"].shape == (60, 1)
+
+
+def test_stochastic_actor_rng_state_round_trips():
+    spec = ActorCriticSpec(obs_dim=4, action_dim=3)
+    policy = spec.make_policy(spec.build(), np.random.SeedSequence(0))
+    obs = np.zeros((64, 4), np.float32)
+    state = policy.state_dict()
+    first = policy.act(obs)[0]
+    policy.load_state_dict(state)
+    np.testing.assert_array_equal(policy.act(obs)[0], first)
+    with pytest.raises(ValueError, match="distribution"):
+        ActorCriticSpec(obs_dim=4, action_dim=3, distribution="beta")

@@ -1,0 +1,224 @@
+"""Collector throughput against the physical limit, measured side by side in one run.
+
+``python -m collector.bench`` measures, on CartPole-v1 with 8 envs and a 4-64-64-2 MLP
+epsilon-greedy policy:
+
+* ``raw_loop_fps``: one process stepping the vector env with the policy, no storage, no Ray;
+* ``raw_loop_x2_fps``: two such processes run at the same time, their rates summed;
+* ``one_collector_fps``: one Collector actor writing to one replay shard, driven like the
+  controller drives it (``max_inflight`` rollouts in flight, new weights published every
+  ``--publish-every-s`` and handed over with the next rollout);
+* ``two_collectors_fps``: two collectors writing to two shards.
+
+The raw loops run in persistent subprocesses and all four figures are measured in alternation
+for ``--rounds`` rounds while the same Ray instance is up; each figure is the median over rounds.
+``ratio_one`` is one collector over one raw loop, ``ratio_two`` two collectors over two parallel
+raw loops (on a machine whose cores do not add up, N collectors compete like N raw loops do).
+The last line of output is one JSON object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import logging
+import multiprocessing as mp
+import statistics
+import time
+from pathlib import Path
+
+import numpy as np
+import ray
+import torch
+
+from collector.env import env_seeds, make_vector_env
+from collector.group import CollectorGroup
+from collector.policy import ModelSpec
+from replay.shard import remote_shard
+
+logger = logging.getLogger("collector.bench")
+ROOT = Path(__file__).resolve().parents[1]
+ENV_ID = "CartPole-v1"
+SPEC = ModelSpec(obs_dim=4, num_actions=2, hidden_sizes=(64, 64))
+
+
+@dataclasses.dataclass(frozen=True)
+class BenchWeights:
+    """Duck-typed ``PublishedWeights`` (the collector package does not import the learner)."""
+
+    generation: int
+    version: int
+    ref: ray.ObjectRef
+
+
+def _raw_worker(conn, num_envs: int, epsilon: float, seed: int) -> None:
+    """Subprocess: on each ``seconds`` message, runs the raw loop and replies frames/s."""
+    torch.set_num_threads(1)
+    torch.manual_seed(seed)
+    envs = make_vector_env(ENV_ID, num_envs)
+    policy = SPEC.make_policy(SPEC.build().eval(), np.random.SeedSequence(seed))
+    obs, _ = envs.reset(seed=env_seeds(seed, 0, num_envs))
+    act, step = policy.act, envs.step
+    while (seconds := conn.recv()) is not None:
+        steps = 0
+        with torch.inference_mode():
+            start = time.perf_counter()
+            while (now := time.perf_counter()) - start < seconds:
+                for _ in range(128):
+                    actions, _ = act(obs, epsilon)
+                    obs, _, _, _, _ = step(actions)
+                steps += 128
+        conn.send(steps * num_envs / (now - start))
+
+
+class RawLoops:
+    """Persistent raw-loop processes, so a measurement does not pay process start-up."""
+
+    def __init__(self, count: int, num_envs: int, epsilon: float) -> None:
+        ctx = mp.get_context("spawn")
+        self.conns = []
+        self.procs = []
+        for i in range(count):
+            parent, child = ctx.Pipe()
+            proc = ctx.Process(target=_raw_worker, args=(child, num_envs, epsilon, i), daemon=True)
+            proc.start()
+            self.conns.append(parent)
+            self.procs.append(proc)
+
+    def measure(self, copies: int, seconds: float) -> float:
+        """Runs ``copies`` raw loops at once for ``seconds``; returns their summed frames/s."""
+        for conn in self.conns[:copies]:
+            conn.send(seconds)
+        return sum(conn.recv() for conn in self.conns[:copies])
+
+    def close(self) -> None:
+        """Stops the processes."""
+        for conn in self.conns:
+            conn.send(None)
+        for proc in self.procs:
+            proc.join(timeout=10)
+
+
+class CollectorRig:
+    """A CollectorGroup with one shard per collector, driven like the controller drives it."""
+
+    def __init__(self, name: str, count: int, args: argparse.Namespace) -> None:
+        self.args = args
+        self.shards = [remote_shard(name, i, args.shard_capacity, num_cpus=0) for i in range(count)]
+        self.group = CollectorGroup(
+            name, count, ENV_ID, args.envs, SPEC, self.shards, seed=0, num_cpus=0
+        )
+        self.group.wait_ready()
+        self.version = 0
+        self.weights = self._publish()
+
+    def _publish(self) -> BenchWeights:
+        net = SPEC.build()
+        self.version += 1
+        return BenchWeights(0, self.version, ray.put(net.state_dict()))
+
+    def measure(self, seconds: float, warmup_s: float) -> float:
+        """Frames/s over ``seconds`` of receipts, after ``warmup_s`` of collection."""
+        args, group = self.args, self.group
+        inflight = {}
+
+        def issue(index: int) -> None:
+            ref = group.rollout(index, args.rollout_frames, args.epsilon, self.weights)
+            inflight[ref] = index
+
+        for index in range(len(group)):
+            for _ in range(args.max_inflight):
+                issue(index)
+        start = time.perf_counter()
+        next_publish = start + args.publish_every_s
+        t_first = None
+        frames = 0
+        now = start
+        while t_first is None or now - t_first < seconds:
+            [ref], _ = ray.wait(list(inflight), num_returns=1)
+            receipt = ray.get(ref)
+            now = time.perf_counter()
+            issue(inflight.pop(ref))
+            if now >= next_publish:
+                self.weights = self._publish()
+                next_publish = now + args.publish_every_s
+            if t_first is not None:
+                frames += receipt.frames
+            elif now - start >= warmup_s:
+                t_first = now  # frames of receipts after this one, over the time after it
+        elapsed = now - t_first
+        ray.get(list(inflight))
+        return frames / elapsed
+
+    def close(self) -> None:
+        """Kills the collectors and shards."""
+        self.group.shutdown()
+        for shard in self.shards:
+            ray.kill(shard, no_restart=True)
+
+
+def main(argv: list[str] | None = None) -> dict:
+    """Runs the benchmark and prints its JSON summary as the last line."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seconds", type=float, default=3.0, help="measured seconds per figure")
+    parser.add_argument("--warmup-s", type=float, default=0.5, help="collector warm-up seconds")
+    parser.add_argument("--rounds", type=int, default=2, help="alternating measurement rounds")
+    parser.add_argument("--envs", type=int, default=8, help="envs per loop / collector")
+    parser.add_argument("--rollout-frames", type=int, default=2048, help="frames per rollout")
+    parser.add_argument("--max-inflight", type=int, default=2, help="rollouts per collector")
+    parser.add_argument("--epsilon", type=float, default=0.05, help="exploration rate")
+    parser.add_argument("--publish-every-s", type=float, default=0.1, help="weights cadence")
+    parser.add_argument("--shard-capacity", type=int, default=200_000, help="per shard")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+
+    raw = RawLoops(2, args.envs, args.epsilon)
+    ray.init(
+        num_cpus=8,
+        include_dashboard=False,
+        log_to_driver=False,
+        namespace="relayrl",
+        _node_ip_address="127.0.0.1",
+        runtime_env={"env_vars": {"PYTHONPATH": str(ROOT)}},
+    )
+    rigs = {1: CollectorRig("bench1", 1, args), 2: CollectorRig("bench2", 2, args)}
+    figures: dict[str, list[float]] = {
+        "raw_loop_fps": [],
+        "one_collector_fps": [],
+        "raw_loop_x2_fps": [],
+        "two_collectors_fps": [],
+    }
+    try:
+        raw.measure(2, 0.5)  # warm both raw processes
+        for round_index in range(args.rounds):
+            figures["raw_loop_fps"].append(raw.measure(1, args.seconds))
+            figures["one_collector_fps"].append(rigs[1].measure(args.seconds, args.warmup_s))
+            figures["raw_loop_x2_fps"].append(raw.measure(2, args.seconds))
+            figures["two_collectors_fps"].append(rigs[2].measure(args.seconds, args.warmup_s))
+            logger.info(
+                "round %d: %s",
+                round_index,
+                {k: round(v[-1]) for k, v in figures.items()},
+            )
+    finally:
+        for rig in rigs.values():
+            rig.close()
+        raw.close()
+        ray.shutdown()
+    result = {k: round(statistics.median(v), 1) for k, v in figures.items()}
+    result["ratio_one"] = round(result["one_collector_fps"] / result["raw_loop_fps"], 3)
+    result["ratio_two"] = round(result["two_collectors_fps"] / result["raw_loop_x2_fps"], 3)
+    result.update(
+        envs=args.envs,
+        rollout_frames=args.rollout_frames,
+        max_inflight=args.max_inflight,
+        seconds=args.seconds,
+        rounds=args.rounds,
+    )
+    print(json.dumps(result))  # the benchmark's result line
+    return result
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,159 @@
+"""Stochastic actors for policy-gradient and actor-critic learners (PPO, A2C, SAC).
+
+An :class:`ActorCriticSpec` builds an :class:`ActorCritic` module (an actor MLP and a critic MLP,
+CleanRL style) and the matching collector policy. Each step the policy samples actions from its
+distribution and returns, per env, the action's ``log_prob`` under the sampling policy and the
+critic's ``value`` of the observation; the collector stores both with the transition, so the
+learner can form importance ratios (PPO), advantages (A2C/GAE) or entropy terms (SAC).
+
+Distributions:
+    * ``categorical``: logits over ``action_dim`` discrete actions.
+    * ``gaussian``: diagonal Gaussian with a state-independent, learned ``log_std``. With
+      ``squash=True`` the sample goes through ``tanh`` (SAC style) and the log-probability
+      includes the change of variables; rescale to the env's bounds with gymnasium's
+      ``RescaleAction`` wrapper. Unsquashed actions are stored as sampled; the collector clips
+      only what it hands to a ``Box`` env.
+
+Sampling uses a per-collector ``torch.Generator``, so runs are reproducible and its state is
+part of the collector's ``state_dict``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import math
+
+import numpy as np
+import torch
+from torch import nn
+
+DISTRIBUTIONS = ("categorical", "gaussian")
+_LOG_SQRT_2PI = 0.5 * math.log(2 * math.pi)
+
+
+def _mlp(sizes: list[int]) -> nn.Sequential:
+    layers: list[nn.Module] = []
+    for width, out in itertools.pairwise(sizes):
+        layers += [nn.Linear(width, out), nn.Tanh()]
+    return nn.Sequential(*layers[:-1])  # no activation after the output layer
+
+
+@dataclasses.dataclass(frozen=True)
+class ActorCriticSpec:
+    """An actor MLP ``obs -> action distribution`` and a critic MLP ``obs -> value``.
+
+    Attributes:
+        obs_dim: Size of the flat observation.
+        action_dim: Discrete actions (categorical) or action dimensions (Gaussian).
+        distribution: ``categorical`` or ``gaussian``.
+        hidden_sizes: Hidden widths of both MLPs.
+        log_std_init: Initial ``log_std`` of the Gaussian.
+        squash: Pass Gaussian samples through ``tanh``.
+
+    Examples:
+        >>> spec = ActorCriticSpec(obs_dim=3, action_dim=2, distribution="gaussian")
+        >>> policy = spec.make_policy(spec.build(), np.random.SeedSequence(0))
+        >>> actions, extras = policy.act(np.zeros((4, 3), np.float32), epsilon=0.0)
+        >>> actions.shape, sorted(extras)
+        ((4, 2), ['log_prob', 'value'])
+    """
+
+    obs_dim: int
+    action_dim: int
+    distribution: str = "categorical"
+    hidden_sizes: tuple[int, ...] = (64, 64)
+    log_std_init: float = 0.0
+    squash: bool = False
+
+    def __post_init__(self) -> None:
+        if self.distribution not in DISTRIBUTIONS:
+            raise ValueError(
+                f"distribution: must be one of {DISTRIBUTIONS}, got {self.distribution!r}"
+            )
+        if self.obs_dim < 1 or self.action_dim < 1:
+            raise ValueError(
+                f"obs_dim, action_dim: must be >= 1, got {self.obs_dim!r}, {self.action_dim!r}"
+            )
+        if self.squash and self.distribution != "gaussian":
+            raise ValueError("squash: applies to the gaussian distribution only, got True")
+
+    def build(self) -> ActorCritic:
+        """Returns a freshly initialized module (uses torch's global RNG)."""
+        return ActorCritic(self)
+
+    def make_policy(self, network: ActorCritic, seed: np.random.SeedSequence) -> StochasticActor:
+        """The sampling policy collectors run with this module."""
+        return StochasticActor(network, seed)
+
+
+class ActorCritic(nn.Module):
+    """Actor and critic MLPs; ``forward(obs) -> (logits or mean, value)``."""
+
+    def __init__(self, spec: ActorCriticSpec) -> None:
+        super().__init__()
+        self.spec = spec
+        hidden = list(spec.hidden_sizes)
+        self.actor = _mlp([spec.obs_dim, *hidden, spec.action_dim])
+        self.critic = _mlp([spec.obs_dim, *hidden, 1])
+        if spec.distribution == "gaussian":
+            self.log_std = nn.Parameter(torch.full((spec.action_dim,), float(spec.log_std_init)))
+
+    def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Returns the actor's output (logits or Gaussian mean) and the value ``[n]``."""
+        return self.actor(obs), self.critic(obs).squeeze(-1)
+
+
+class StochasticActor:
+    """Samples actions from an :class:`ActorCritic` and reports ``log_prob`` and ``value``.
+
+    Args:
+        network: The module; its spec selects the distribution.
+        seed: Seeds the sampling generator.
+    """
+
+    def __init__(self, network: ActorCritic, seed: np.random.SeedSequence) -> None:
+        self.network = network
+        self.spec = network.spec
+        self.generator = torch.Generator().manual_seed(int(seed.generate_state(1)[0]))
+
+    def act(self, obs: np.ndarray, epsilon: float = 0.0) -> tuple[np.ndarray, dict]:
+        """Samples one action per row; ``epsilon`` is ignored (exploration is the sampling).
+
+        Returns:
+            ``(actions, {"log_prob": [n] float32, "value": [n] float32})``; actions are int64
+            ``[n]`` (categorical) or float32 ``[n, action_dim]`` (Gaussian).
+        """
+        del epsilon
+        with torch.inference_mode():
+            out, value = self.network(torch.as_tensor(obs, dtype=torch.float32))
+            if self.spec.distribution == "categorical":
+                actions, log_prob = self._categorical(out)
+            else:
+                actions, log_prob = self._gaussian(out)
+        extras = {"log_prob": log_prob.numpy(), "value": value.numpy()}
+        return actions.numpy(), extras
+
+    def _categorical(self, logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        log_probs = torch.log_softmax(logits, dim=-1)
+        actions = torch.multinomial(log_probs.exp(), 1, generator=self.generator)
+        return actions.squeeze(-1), log_probs.gather(-1, actions).squeeze(-1)
+
+    def _gaussian(self, mean: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        log_std = self.network.log_std.expand_as(mean)
+        noise = torch.randn(mean.shape, generator=self.generator)
+        sample = mean + log_std.exp() * noise
+        log_prob = (-0.5 * noise.square() - log_std - _LOG_SQRT_2PI).sum(-1)
+        if self.spec.squash:
+            # d tanh(u)/du = 1 - tanh(u)^2 = 4 / (e^u + e^-u)^2, computed stably.
+            log_prob -= (2 * (math.log(2) - sample - nn.functional.softplus(-2 * sample))).sum(-1)
+            sample = torch.tanh(sample)
+        return sample, log_prob
+
+    def state_dict(self) -> dict:
+        """The sampling generator's state (a uint8 array)."""
+        return {"torch_rng": self.generator.get_state().numpy()}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Restores the sampling generator."""
+        self.generator.set_state(torch.tensor(np.asarray(state["torch_rng"]), dtype=torch.uint8))
