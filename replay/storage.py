@@ -1,7 +1,8 @@
 """Preallocated circular storage for transitions, in memory or memory-mapped on disk.
 
-The storage is a :class:`tensordict.TensorDict` of ``capacity`` rows whose keys, shapes and
-dtypes are fixed by the first write, which allocates every row up front. Writes are whole
+The storage holds ``capacity`` rows whose keys, shapes and dtypes are fixed by the first write,
+which allocates every row up front; :attr:`CircularStorage.data` shows them as a
+:class:`tensordict.TensorDict` sharing the same memory. Writes are whole
 batches; the cursor wraps around and the oldest rows are overwritten. The hot paths (write,
 gather) work on numpy views of the same memory: a write is at most two slice copies per key, a
 gather one ``numpy.take`` per key.
@@ -14,14 +15,19 @@ from __future__ import annotations
 
 import math
 import mmap
+import sys
 from collections.abc import Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import torch
-from tensordict import TensorDict
 
-Batch = Mapping[str, np.ndarray | torch.Tensor]
+if TYPE_CHECKING:
+    from tensordict import TensorDict
+
+# Arrays or torch tensors. torch is imported only where a caller already uses it (a shard
+# process never needs it, and starts faster without it).
+Batch = Mapping[str, Any]
 Schema = dict[str, tuple[tuple[int, ...], np.dtype]]
 
 
@@ -53,7 +59,8 @@ def as_array_batch(batch: Batch) -> dict[str, np.ndarray]:
         raise SchemaError("empty batch: a write needs at least one key")
     arrays = {}
     for key, value in batch.items():
-        if isinstance(value, torch.Tensor):
+        torch = sys.modules.get("torch")
+        if torch is not None and isinstance(value, torch.Tensor):
             try:
                 value = value.detach().cpu().numpy()
             except TypeError as err:
@@ -94,7 +101,6 @@ class CircularStorage:
             raise ValueError(f"capacity must be >= 1, got {capacity}")
         self.capacity = capacity
         self.directory = None if directory is None else Path(directory)
-        self.data: TensorDict | None = None
         self.columns: dict[str, np.ndarray] = {}
         self.cursor = 0
         self.size = 0
@@ -128,8 +134,17 @@ class CircularStorage:
                 mapped = np.lib.format.open_memmap(path, mode="w+", dtype=dtype, shape=full)
                 columns[key] = np.asarray(mapped)
         self.columns = columns
-        tensors = {k: torch.from_numpy(v) for k, v in columns.items()}
-        self.data = TensorDict(tensors, batch_size=[self.capacity])
+
+    @property
+    def data(self) -> TensorDict | None:
+        """The storage as a TensorDict of ``capacity`` rows sharing the columns' memory."""
+        if not self.columns:
+            return None
+        import torch  # imported on use: see Batch
+        from tensordict import TensorDict
+
+        tensors = {k: torch.from_numpy(v) for k, v in self.columns.items()}
+        return TensorDict(tensors, batch_size=[self.capacity])
 
     def check(self, arrays: dict[str, np.ndarray]) -> None:
         """Raises SchemaError if ``arrays`` do not match the fixed schema (no-op before)."""
