@@ -53,7 +53,7 @@ class ReplayClient:
         self.ready: collections.deque[tuple[dict, float]] = collections.deque()
         self.inflight: collections.deque[PendingSample] = collections.deque()
         self.deferred: list[list[tuple[np.ndarray, ...]]] = [[] for _ in self.shards]
-        self.update_refs: list[ray.ObjectRef] = []
+        self.update_refs: list[list[ray.ObjectRef]] = [[] for _ in self.shards]
         self.fifo_inflight = np.zeros(len(self.shards), dtype=np.int64)
 
     # -- writes ------------------------------------------------------------------------------
@@ -215,9 +215,11 @@ class ReplayClient:
     ) -> None:
         """Routes new priorities of sampled items to their shards, without waiting.
 
-        Updates from one client reach each shard in order, before that client's later samples.
-        An item overwritten since it was sampled keeps its successor's priority (the update is
-        dropped by the shard).
+        Each shard gets the updates in one call, unless its previous update call is still in
+        flight: then they wait in the client and go together with later ones (in the next
+        update call, the next sample request, or :meth:`flush_updates`). Updates from one client
+        reach each shard in order, before that client's later samples. An item overwritten
+        since it was sampled keeps its successor's priority (the shard drops the update).
 
         Args:
             keys: A sampled batch, or any mapping with its ``"shard"``, ``"index"`` and
@@ -225,6 +227,10 @@ class ReplayClient:
             priorities: One non-negative priority per item (e.g. ``|td_error| + eps``).
             defer: Hold the updates in the client until the next sample request carries them
                 (no extra call) or :meth:`flush_updates`.
+
+        Raises:
+            ValueError: If the lengths differ, or a shard refused an earlier update (e.g. a
+                negative priority).
         """
         shard_of = np.asarray(keys["shard"], dtype=np.int64)
         columns = (
@@ -238,7 +244,7 @@ class ReplayClient:
             mask = shard_of == shard
             self.deferred[shard].append(tuple(c[mask] for c in columns))
         if not defer:
-            self.flush_updates()
+            self._send_updates(force=False)
 
     def _take_deferred(self, shard: int) -> tuple[np.ndarray, ...] | None:
         updates, self.deferred[shard] = self.deferred[shard], []
@@ -246,20 +252,27 @@ class ReplayClient:
             return None
         return tuple(np.concatenate(c) for c in zip(*updates, strict=True))
 
+    def _send_updates(self, *, force: bool) -> None:
+        for shard, handle in enumerate(self.shards):
+            refs = self.update_refs[shard]
+            if refs:
+                done, refs = ray.wait(refs, num_returns=len(refs), timeout=0)
+                self.update_refs[shard] = refs
+                ray.get(done)  # surfaces a shard's refusal
+            if self.deferred[shard] and (force or not refs):
+                refs.append(handle.update_priorities.remote(*self._take_deferred(shard)))
+
     def flush_updates(self, *, wait: bool = False) -> None:
-        """Sends deferred priority updates; with ``wait``, until every update is applied.
+        """Sends every held priority update; with ``wait``, until all are applied.
 
         Raises:
             ValueError: If a shard refused an update (e.g. a negative priority).
         """
-        for shard, handle in enumerate(self.shards):
-            updates = self._take_deferred(shard)
-            if updates is not None:
-                self.update_refs.append(handle.update_priorities.remote(*updates))
-        done, self.update_refs = ray.wait(
-            self.update_refs, num_returns=len(self.update_refs), timeout=None if wait else 0
-        )
-        ray.get(done)  # surfaces a shard's refusal
+        self._send_updates(force=True)
+        if wait:
+            refs = [ref for shard_refs in self.update_refs for ref in shard_refs]
+            self.update_refs = [[] for _ in self.shards]
+            ray.get(refs)
 
     # -- service-wide ------------------------------------------------------------------------
     def stats(self) -> list[dict]:

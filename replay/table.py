@@ -186,6 +186,7 @@ class ReplayTable:
             "shard_id": self.shard_id,
             "size": len(self.storage),
             "capacity": self.capacity,
+            "bytes": self.storage.nbytes,
             "write_count": self.write_count,
             "sample_count": self.sample_count,
             "priority_updates": self.priority_updates,
