@@ -24,7 +24,9 @@ class ReplayClient:
 
     A sample asks every shard at once for its part of the batch: a multinomial split in proportion
     to the shards' sizes (uniform) or priority masses (prioritized) as of their last replies, or,
-    for FIFO, the items left in each shard's pass. Every reply refreshes that shard's figures.
+    for FIFO, the items left in each shard's pass, so that the shards' passes end together (a
+    new pass is split by the sizes the shards report when it starts; what they store later
+    joins the pass after). Every reply refreshes that shard's figures.
     Prioritized batches carry ``"weight"``: importance weights of the probability with which each
     item was actually drawn (shard share times in-shard probability), normalized by the smallest
     such probability over the whole service.
@@ -101,6 +103,9 @@ class ReplayClient:
             if self.sizes.sum() == 0:
                 raise EmptyReplayError("cannot sample: every replay shard is empty")
         if self.infos[0].get("sampler") == "fifo":
+            remaining = sum(info.get("remaining", 0) for info in self.infos)
+            if remaining < batch_size and not self.fifo_inflight.any():
+                self.refresh()  # a new pass starts: split it by the shards' sizes now
             counts = fifo_split(batch_size, self.infos, self.fifo_inflight)
             self.fifo_inflight += counts
             return counts, counts / max(batch_size, 1)
@@ -180,7 +185,7 @@ class ReplayClient:
             EmptyReplayError: If every shard is empty.
             ValueError: FIFO only: batches of another size are queued.
         """
-        if self.queue_size not in (None, batch_size):
+        if self.queue_size != batch_size and (self.ready or self.inflight):
             if self.infos[0].get("sampler") == "fifo":
                 raise ValueError(
                     f"fifo: batches of size {self.queue_size} are queued; sample that size or "
