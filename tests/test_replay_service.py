@@ -111,6 +111,8 @@ def test_fifo_over_two_shards_hands_out_each_item_once_per_pass(service):
     with pytest.raises(ValueError, match="fifo"):
         client.sample(7)
     client.cancel_prefetch()
+    assert len(client.sample(7)["action"]) == 7  # nothing queued: any size
+    assert len(client.sample(9)["action"]) == 9
 
 
 @pytest.mark.parametrize("service", ["uniform"], indirect=True)
