@@ -76,12 +76,16 @@ class LocalLoop:
         return steps, time.perf_counter() - start
 
 
-def run_group(group: LearnerGroup, seconds: float, steps_per_round: int) -> tuple[int, float]:
+def run_group(
+    group: LearnerGroup, seconds: float, steps_per_round: int, receipts: list | None = None
+) -> tuple[int, float]:
     """Back-to-back rounds (publishing each) for about ``seconds``; returns (steps, elapsed)."""
     steps, start = 0, time.perf_counter()
     while time.perf_counter() - start < seconds:
         receipt = group.step(steps_per_round)
         steps += receipt.optim_steps
+        if receipts is not None:
+            receipts.append(receipt)
     return steps, time.perf_counter() - start
 
 
@@ -116,13 +120,14 @@ def main(argv: list[str] | None = None) -> dict:
     local.run(0.5)  # warm-up
     totals = {"local": [0, 0.0], "ws1": [0, 0.0], "ws2": [0, 0.0]}
     results: dict[str, float] = {}
+    ws1_receipts: list = []
     try:
         group = LearnerGroup("bench-ws1", config, SPEC, shards, seed=0)
         run_group(group, 0.5, args.steps_per_round)
         for _ in range(args.windows):
             for name, (steps, elapsed) in (
                 ("local", local.run(args.seconds)),
-                ("ws1", run_group(group, args.seconds, args.steps_per_round)),
+                ("ws1", run_group(group, args.seconds, args.steps_per_round, ws1_receipts)),
             ):
                 totals[name][0] += steps
                 totals[name][1] += elapsed
@@ -150,6 +155,11 @@ def main(argv: list[str] | None = None) -> dict:
     results["ratio_ws2"] = round(results["ws2_updates_per_s"] / results["local_updates_per_s"], 3)
     results["publish_to_use_ms_p50"] = round(float(np.percentile(latencies, 50)), 2)
     results["publish_to_use_ms_p95"] = round(float(np.percentile(latencies, 95)), 2)
+    rounds = totals["ws1"][1] / max(len(ws1_receipts), 1)
+    results["ws1_round_ms"] = round(rounds * 1000, 2)
+    for part in ("sample_s", "train_s", "publish_s"):
+        mean = np.mean([getattr(r, part) for r in ws1_receipts]) * 1000
+        results[f"ws1_{part[:-2]}_ms"] = round(float(mean), 2)
     results["batch_size"] = BATCH
     results["steps_per_round"] = args.steps_per_round
     print(json.dumps(results), flush=True)
