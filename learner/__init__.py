@@ -15,6 +15,9 @@ Layout:
       optimizer steps in the lineage; ``state_dict`` is tensors and plain values.
     * ``sampling``: :class:`RankSampler`, per-rank sampling with one round of prefetch.
     * ``rendezvous``: rank 0's store on a free port, retried on collision.
+    * ``placement``: one placement group of ``world_size`` bundles (``resources_per_rank``,
+      ``placement_strategy``) and the named rank actors.
+    * ``plugins``: resolution of ``"module:factory"`` paths (user losses and steppers).
     * ``weights``: tensor schema of published weights, checked against the collectors' policy.
     * ``rank``: the ``LearnerRank`` actor: joins the process group (gloo, or nccl with a GPU
       per rank), wraps the loss in DDP when ``world_size > 1``, samples

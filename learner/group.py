@@ -9,13 +9,12 @@ from collections.abc import Sequence
 
 import numpy as np
 import ray
-from ray.util.placement_group import placement_group, remove_placement_group
-from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+from ray.util.placement_group import remove_placement_group
 
 from learner.config import LearnerConfig
 from learner.core import stepper_factory_for
 from learner.loss import loss_factory_for
-from learner.rank import LearnerRank
+from learner.placement import place_ranks
 from learner.receipts import (
     ProtocolError,
     PublishedWeights,
@@ -37,15 +36,6 @@ class PendingRound:
     expected_version: int
     refs: tuple[ray.ObjectRef, ...]
     generation: int = 0
-
-
-def actor_resources(resources: dict) -> dict:
-    """Maps a bundle such as ``{"CPU": 1, "GPU": 1}`` to Ray actor options."""
-    options = {"num_cpus": resources.get("CPU", 0), "num_gpus": resources.get("GPU", 0)}
-    custom = {k: v for k, v in resources.items() if k not in ("CPU", "GPU")}
-    if custom:
-        options["resources"] = custom
-    return options
 
 
 class LearnerGroup:
@@ -112,38 +102,16 @@ class LearnerGroup:
         self.expected_schema = policy_schema
         self.model_spec = model_spec
         self._schema_checked = False
-        bundles = [dict(config.resources_per_rank) for _ in range(config.world_size)]
-        self.placement_group = placement_group(bundles, strategy=config.placement_strategy)
-        ready, _ = ray.wait([self.placement_group.ready()], timeout=config.setup_timeout_s)
-        if not ready:
-            remove_placement_group(self.placement_group)
-            raise TimeoutError(
-                f"learner placement group of {config.world_size} x {config.resources_per_rank} "
-                f"({config.placement_strategy}) could not be placed in "
-                f"{config.setup_timeout_s:.0f}s; cluster has {ray.cluster_resources()}"
-            )
-        rank_cls = ray.remote(LearnerRank)
-        self.ranks = [
-            rank_cls.options(
-                name=f"{run_name}.learner-{rank}",
-                namespace="relayrl",
-                scheduling_strategy=PlacementGroupSchedulingStrategy(
-                    self.placement_group, placement_group_bundle_index=rank
-                ),
-                max_restarts=0,
-                **actor_resources(config.resources_per_rank),
-            ).remote(
-                rank,
-                generation,
-                config,
-                model_spec,
-                list(shards),
-                seed,
-                loss_factory=loss_factory,
-                stepper_factory=stepper_factory,
-            )
-            for rank in range(config.world_size)
-        ]
+        self.placement_group, self.ranks = place_ranks(
+            run_name,
+            config,
+            model_spec,
+            shards,
+            seed,
+            generation,
+            loss_factory=loss_factory,
+            stepper_factory=stepper_factory,
+        )
         try:
             self._rendezvous()
         except Exception:
