@@ -93,7 +93,10 @@ class LearnerCore:
         """Converts sampled arrays to a TensorDict on the model's device."""
         tensors = {}
         for key, value in arrays.items():
-            tensor = torch.as_tensor(np.asarray(value))
+            value = np.asarray(value)
+            if not value.flags.writeable:  # arrays straight from the object store are read-only
+                value = value.copy()
+            tensor = torch.as_tensor(value)
             if key in FLOAT_KEYS:
                 tensor = tensor.float()
             tensors[key] = tensor

@@ -110,7 +110,9 @@ class LossDispatch(nn.Module):
 
     DDP only synchronizes gradients of computations that go through its ``forward``; a stepper
     that optimizes ``loss_actor`` and ``loss_critic`` separately calls
-    ``train_module(batch, method="loss_actor")``.
+    ``train_module(batch, method="loss_actor")``. The output is returned as a plain ``dict``:
+    DDP looks for the output tensors in dicts (not in TensorDicts) to find the parameters a call
+    did not use (``find_unused_parameters``).
 
     Args:
         loss_module: The loss; ``method=None`` calls its ``forward``.
@@ -120,8 +122,7 @@ class LossDispatch(nn.Module):
         super().__init__()
         self.loss_module = loss_module
 
-    def forward(self, batch: TensorDict, method: str | None = None) -> TensorDict:
+    def forward(self, batch: TensorDict, method: str | None = None) -> dict[str, torch.Tensor]:
         """Calls ``loss_module(batch)`` or ``loss_module.<method>(batch)``."""
-        if method is None:
-            return self.loss_module(batch)
-        return getattr(self.loss_module, method)(batch)
+        call = self.loss_module if method is None else getattr(self.loss_module, method)
+        return dict(call(batch).items())

@@ -5,14 +5,14 @@ Built-in ones: :class:`DefaultStepper` (here), ``MixedPrecisionStepper``
 (:mod:`learner.precision`) and the TD3-style ``DelayedPolicyStepper`` (:mod:`learner.delayed`).
 A user stepper is named by ``LearnerConfig.stepper = "module:factory"`` and built as
 ``factory(loss_module, config)``; it calls the loss through ``train_module`` (the DDP-wrapped
-:class:`learner.loss.LossDispatch`), never through ``loss_module`` directly, so gradients are
-averaged over ranks.
+:class:`learner.loss.LossDispatch`, which returns the loss output as a dict of tensors), never
+through ``loss_module`` directly, so gradients are averaged over ranks.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Protocol, runtime_checkable
 
 import torch
@@ -57,7 +57,7 @@ class Stepper(Protocol):
         ...
 
 
-def total_loss(losses: TensorDict) -> torch.Tensor:
+def total_loss(losses: Mapping[str, torch.Tensor]) -> torch.Tensor:
     """Sum of the ``loss_*`` entries (TorchRL's LossModule convention)."""
     terms = [v for k, v in losses.items() if k.startswith("loss_")]
     if not terms:
@@ -65,7 +65,7 @@ def total_loss(losses: TensorDict) -> torch.Tensor:
     return torch.stack(terms).sum() if len(terms) > 1 else terms[0]
 
 
-def detached(losses: TensorDict) -> dict[str, torch.Tensor]:
+def detached(losses: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """The loss output as a dict of detached tensors."""
     return {k: v.detach() for k, v in losses.items()}
 

@@ -164,3 +164,66 @@ def test_store_uses_a_free_requested_port_and_falls_back_from_a_taken_one(free_p
         with pytest.raises(RuntimeError, match="in 1 attempts"):
             open_store("127.0.0.1", port, 1, timeout_s=5, attempts=1)
     del store, fallback
+
+
+def actor_critic_factory():
+    """A factory whose loss class is defined here, so Ray ships it to the ranks by value."""
+    from tensordict import TensorDict
+    from torch import nn
+    from torch.nn import functional as F
+
+    class ActorCritic(nn.Module):
+        def __init__(self, actor, config):
+            super().__init__()
+            self.actor = actor
+            self.critic = nn.Linear(5, 1)
+
+        def actor_parameters(self):
+            return self.actor.parameters()
+
+        def critic_parameters(self):
+            return self.critic.parameters()
+
+        def loss_critic(self, batch):
+            inputs = torch.cat([batch["observation"], batch["action_value"]], dim=-1)
+            q = self.critic(inputs).squeeze(-1)
+            return TensorDict({"loss_critic": F.mse_loss(q, batch["reward"])}, [])
+
+        def loss_actor(self, batch):
+            action = self.actor(batch["observation"])
+            q = self.critic(torch.cat([batch["observation"], action], dim=-1))
+            return TensorDict({"loss_actor": -q.mean()}, [])
+
+    return ActorCritic
+
+
+def test_user_loss_and_delayed_stepper_under_ddp_match_one_process(ray_cluster, shards):
+    from learner.core import LearnerCore
+
+    spec = ModelSpec(4, 1, (8,))
+    loss_cls = actor_critic_factory()
+    config = LearnerConfig(
+        world_size=2,
+        global_batch_size=32,
+        stepper="delayed_policy",
+        stepper_options={"policy_delay": 2},
+        lr=1e-2,
+    )
+    batches = [
+        dict(random_arrays(32, s), action_value=np.ones((32, 1), np.float32)) for s in (1, 2, 3)
+    ]
+    group = LearnerGroup("ac", config, spec, shards, seed=5, loss_factory=loss_cls)
+    try:
+        receipt = group.step_on(split_per_rank(batches, 2))
+        distributed = group.parameters(1)
+    finally:
+        group.shutdown()
+    assert receipt.metrics["actor_updated"] == pytest.approx(2 / 3)
+    assert {"loss_actor", "loss_critic", "critic_grad_norm"} <= receipt.metrics.keys()
+    torch.manual_seed(5)
+    single = LearnerCore(spec, dataclasses.replace(config, world_size=1), loss_factory=loss_cls)
+    initial = single.weights()
+    single.train([single.to_batch(b) for b in batches])
+    for name, value in single.weights().items():
+        torch.testing.assert_close(distributed[name], value, atol=1e-5, rtol=0)
+        assert not torch.equal(value, initial[name])
