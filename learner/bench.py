@@ -13,7 +13,9 @@ DQN on a 4-64-64-2 MLP, global batch 64, side by side in one run:
   answered), p50 and p95 over ``--publications`` rounds.
 
 On a 2-core machine ``ws2`` runs two CPU-bound ranks on two cores shared with the shards and
-the driver; compare it with ``local`` only as a sanity figure.
+the driver, and every step waits for both in the gradient all-reduce: compare it with
+``local`` only as a sanity figure. ``ws1_*_ms`` split a ws1 round (rank-side sampling, training,
+publication); ``load_avg_1m`` records how busy the machine was.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import time
 
 import numpy as np
@@ -105,8 +108,8 @@ def publish_to_use(group: LearnerGroup, collector, count: int) -> list[float]:
 def main(argv: list[str] | None = None) -> dict:
     """Runs the benchmark and prints progress lines and a final JSON line."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seconds", type=float, default=3.0, help="length of one window")
-    parser.add_argument("--windows", type=int, default=2, help="local/ws1 window pairs")
+    parser.add_argument("--seconds", type=float, default=1.5, help="length of one window")
+    parser.add_argument("--windows", type=int, default=4, help="local/ws1 window pairs")
     parser.add_argument("--steps-per-round", type=int, default=64)
     parser.add_argument("--publications", type=int, default=200)
     args = parser.parse_args(argv)
@@ -161,6 +164,7 @@ def main(argv: list[str] | None = None) -> dict:
         mean = np.mean([getattr(r, part) for r in ws1_receipts]) * 1000
         results[f"ws1_{part[:-2]}_ms"] = round(float(mean), 2)
     results["batch_size"] = BATCH
+    results["load_avg_1m"] = round(os.getloadavg()[0], 2)
     results["steps_per_round"] = args.steps_per_round
     print(json.dumps(results), flush=True)
     return results

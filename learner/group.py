@@ -22,6 +22,7 @@ from learner.receipts import (
     StepReceipt,
     verify_receipts,
 )
+from learner.rendezvous import join_ranks
 from learner.weights import Schema, check_schema, spec_schema
 
 logger = logging.getLogger(__name__)
@@ -36,6 +37,7 @@ class PendingRound:
     expected_version: int
     refs: tuple[ray.ObjectRef, ...]
     generation: int = 0
+    weights: ray.ObjectRef | None = None
 
 
 class LearnerGroup:
@@ -48,6 +50,11 @@ class LearnerGroup:
     the generation (:class:`ProtocolError`, and the group refuses further commands). The
     published tensors are checked against the collectors' policy (``model_spec``) at the first
     publication.
+
+    Publication: rank 0 extracts the weights (CPU copies) once per publication as a second
+    return value of its round (or :meth:`publish`) call: stored once, owned by the driver (a
+    publication outlives its generation's ranks; small weights travel inline). The group wraps
+    the reference in :class:`PublishedWeights` with its generation and the verified version.
 
     Args:
         run_name: The run's name (actor names).
@@ -113,21 +120,10 @@ class LearnerGroup:
             stepper_factory=stepper_factory,
         )
         try:
-            self._rendezvous()
+            self.address, self.port = join_ranks(self.ranks, config)
         except Exception:
             self.shutdown()
             raise
-
-    def _rendezvous(self) -> None:
-        timeout = self.config.setup_timeout_s
-        addresses = ray.get([r.node_address.remote() for r in self.ranks], timeout=timeout)
-        # All ranks on one node: keep the traffic on loopback.
-        address = "127.0.0.1" if len(set(addresses)) == 1 else addresses[0]
-        port = ray.get(
-            self.ranks[0].open_store.remote(address, self.config.rendezvous_port), timeout=timeout
-        )
-        ray.get([r.join.remote(address, port) for r in self.ranks], timeout=timeout)
-        self.address, self.port = address, port
 
     # -- protocol ----------------------------------------------------------------------------
     def _ensure_usable(self) -> None:
@@ -140,9 +136,16 @@ class LearnerGroup:
         logger.error("learner generation %d failed: %s", self.generation, reason)
         return ProtocolError(f"generation {self.generation} failed: {reason}")
 
-    def _issue(self, num_steps: int, refs: Sequence[ray.ObjectRef]) -> PendingRound:
+    def _issue(
+        self, num_steps: int, refs: Sequence[ray.ObjectRef], weights: ray.ObjectRef | None = None
+    ) -> PendingRound:
         pending = PendingRound(
-            self.round_id, num_steps, self.version + num_steps, tuple(refs), self.generation
+            self.round_id,
+            num_steps,
+            self.version + num_steps,
+            tuple(refs),
+            self.generation,
+            weights,
         )
         self.inflight = pending
         return pending
@@ -159,11 +162,12 @@ class LearnerGroup:
     def start_round(self, num_steps: int, *, publish: bool = True) -> PendingRound:
         """Sends a round of ``num_steps`` optimizer steps to every rank (one round at a time)."""
         round_id = self._next_round()
-        refs = [
+        replies = [
             r.step.remote(round_id, num_steps, publish and i == 0, self.generation)
             for i, r in enumerate(self.ranks)
         ]
-        return self._issue(num_steps, refs)
+        weights = replies[0][1] if publish else None
+        return self._issue(num_steps, [receipt for receipt, _ in replies], weights)
 
     def finish_round(self, pending: PendingRound) -> StepReceipt:
         """Waits for a round's receipts (``command_timeout_s``), verifies and returns rank 0's.
@@ -191,8 +195,9 @@ class LearnerGroup:
             raise self._fail(str(err)) from err
         self.inflight = None
         self.version = receipt.model_version
-        if receipt.published is not None:
-            self.verify_publication(receipt.published)
+        if pending.weights is not None:
+            published = PublishedWeights(self.generation, self.version, pending.weights)
+            receipt = dataclasses.replace(receipt, published=self.verify_publication(published))
         return receipt
 
     def step(self, num_steps: int, *, publish: bool = True) -> StepReceipt:
@@ -238,10 +243,11 @@ class LearnerGroup:
     def publish(self) -> PublishedWeights:
         """Rank 0 publishes the current weights (checked by :meth:`verify_publication`)."""
         self._ensure_usable()
-        weights = ray.get(
-            self.ranks[0].publish.remote(self.generation), timeout=self.config.command_timeout_s
-        )
-        return self.verify_publication(weights)
+        version, weights = self.ranks[0].publish.remote(self.generation)
+        version = ray.get(version, timeout=self.config.command_timeout_s)
+        if version != self.version:
+            raise self._fail(f"rank 0 publishes version {version}, the group is at {self.version}")
+        return self.verify_publication(PublishedWeights(self.generation, version, weights))
 
     def parameters(self, rank: int = 0) -> dict:
         """Copies of one rank's policy parameters."""

@@ -16,7 +16,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from learner.config import LearnerConfig
 from learner.core import LearnerCore
-from learner.receipts import PublishedWeights, StaleGenerationError, StepReceipt
+from learner.receipts import StaleGenerationError, StepReceipt
 from learner.rendezvous import open_store
 from learner.sampling import RankSampler
 from learner.weights import Schema, tensor_schema
@@ -158,15 +158,17 @@ class LearnerRank:
             stacked /= self.config.world_size
         return dict(zip(keys, stacked.cpu().tolist(), strict=True))
 
-    def _round(self, round_id: int, batches, sample_s: float, publish: bool) -> StepReceipt:
+    def _round(
+        self, round_id: int, batches, sample_s: float, publish: bool
+    ) -> tuple[StepReceipt, dict[str, torch.Tensor] | None]:
         start = time.perf_counter()
         metrics = self.core.train(batches)
         reduced = self._allreduce_mean(metrics)
         if self.config.update_priorities:
             self._push_priorities()
         trained = time.perf_counter()
-        published = self.publish() if publish and self.rank == 0 else None
-        return StepReceipt(
+        weights = self.core.weights() if publish and self.rank == 0 else None
+        receipt = StepReceipt(
             generation=self.generation,
             round_id=round_id,
             rank=self.rank,
@@ -176,10 +178,10 @@ class LearnerRank:
             samples=sum(len(b) for b in batches),
             sample_s=sample_s,
             train_s=trained - start,
-            published=published,
             publish_s=time.perf_counter() - trained,
             finished_at=time.time(),
         )
+        return receipt, weights
 
     def _push_priorities(self) -> None:
         """Hands ``(shard, index, |priority_key|)`` of the round's items to the replay client.
@@ -198,13 +200,19 @@ class LearnerRank:
             return
         update(*taken)
 
+    @ray.method(num_returns=2)
     def step(
         self, round_id: int, num_steps: int, publish: bool = True, generation: int | None = None
-    ) -> StepReceipt:
+    ) -> tuple[StepReceipt, dict[str, torch.Tensor] | None]:
         """Runs ``num_steps`` optimizer steps, each on a fresh per-rank sample.
 
         The round's samples come in one request per shard (prefetched during the previous
         round when ``config.prefetch``) and are split into batches.
+
+        Returns:
+            Two object refs (``num_returns=2``): the receipt, and the policy weights after the
+            round (CPU copies) when ``publish`` on rank 0, else None. The weights are this
+            task's return value: stored once, owned by the caller.
         """
         self._check_generation(generation)
         start = time.perf_counter()
@@ -218,13 +226,15 @@ class LearnerRank:
         """Runs one optimizer step per given batch (for equivalence checks and replays)."""
         self._check_generation(generation)
         tensors = [self.core.to_batch(b) for b in batches]
-        return self._round(round_id, tensors, 0.0, publish=False)
+        receipt, _ = self._round(round_id, tensors, 0.0, publish=False)
+        return receipt
 
     # -- weights and state -------------------------------------------------------------------
-    def publish(self, generation: int | None = None) -> PublishedWeights:
-        """Puts the current policy weights in the object store once and returns the reference."""
+    @ray.method(num_returns=2)
+    def publish(self, generation: int | None = None) -> tuple[int, dict[str, torch.Tensor]]:
+        """Returns two refs: the model version and the policy weights (CPU copies)."""
         self._check_generation(generation)
-        return PublishedWeights(self.generation, self.core.version, ray.put(self.core.weights()))
+        return self.core.version, self.core.weights()
 
     def weights_schema(self) -> Schema:
         """Names, shapes and dtypes of the published weights."""

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import datetime
 import logging
+from collections.abc import Sequence
 
+import ray
 import torch.distributed as dist
 
 logger = logging.getLogger(__name__)
@@ -57,3 +59,20 @@ def open_store(
     raise RuntimeError(
         f"rendezvous: could not open a store on {address} in {attempts} attempts: {last}"
     )
+
+
+def join_ranks(ranks: Sequence[ray.actor.ActorHandle], config) -> tuple[str, int]:
+    """Rendezvous of the rank actors: rank 0 opens the store, then every rank joins at once.
+
+    The store listens on rank 0's node address, or on loopback when every rank is on one node.
+    Each step waits at most ``config.setup_timeout_s``.
+
+    Returns:
+        The store's ``(address, port)``.
+    """
+    timeout = config.setup_timeout_s
+    addresses = ray.get([r.node_address.remote() for r in ranks], timeout=timeout)
+    address = "127.0.0.1" if len(set(addresses)) == 1 else addresses[0]
+    port = ray.get(ranks[0].open_store.remote(address, config.rendezvous_port), timeout=timeout)
+    ray.get([r.join.remote(address, port) for r in ranks], timeout=timeout)
+    return address, port

@@ -332,3 +332,23 @@ def test_to_batch_casts_observations_and_keeps_integer_keys():
     )
     assert batch["observation"].dtype == torch.float32
     assert batch["index"].dtype == torch.int64 and batch.batch_size == torch.Size([3])
+
+
+def test_run_config_overrides_reach_the_new_learner_fields():
+    from services.config import ConfigError, load_config
+
+    config = load_config(
+        overrides=[
+            "learner.precision=bf16",
+            "learner.grad_accumulation=2",
+            "learner.stepper_options={policy_delay: 3}",
+            "learner.lr_scheduler=cosine",
+            "learner.lr_decay_steps=1000",
+            "learner.command_timeout_s=30",
+        ]
+    ).learner
+    assert config.resolved_stepper == "mixed_precision"
+    assert config.stepper_options == {"policy_delay": 3}
+    assert config.command_timeout_s == 30.0
+    with pytest.raises(ConfigError, match=r"^learner\.precision: must be one of"):
+        load_config(overrides=["learner.precision=fp64"])

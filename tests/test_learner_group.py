@@ -113,7 +113,7 @@ def test_state_round_trip_and_stale_generations_are_refused(ray_cluster, shards)
         with pytest.raises(StaleGenerationError, match="round from generation 0"):
             second.finish_round(old_round)
         with pytest.raises(StaleGenerationError):
-            ray.get(second.ranks[0].publish.remote(0))
+            ray.get(second.ranks[0].publish.remote(0)[0])
         published = second.publish()
         assert (published.generation, published.version) == (1, 3)
         assert published.key > stale.key
