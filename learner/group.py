@@ -159,11 +159,17 @@ class LearnerGroup:
         self.round_id += 1
         return self.round_id
 
-    def start_round(self, num_steps: int, *, publish: bool = True) -> PendingRound:
-        """Sends a round of ``num_steps`` optimizer steps to every rank (one round at a time)."""
+    def start_round(
+        self, num_steps: int, *, publish: bool = True, beta: float | None = None
+    ) -> PendingRound:
+        """Sends a round of ``num_steps`` optimizer steps to every rank (one round at a time).
+
+        ``beta`` is the importance-weight exponent for prioritized replay (annealed by the
+        driver); None keeps the ranks' current one.
+        """
         round_id = self._next_round()
         replies = [
-            r.step.remote(round_id, num_steps, publish and i == 0, self.generation)
+            r.step.remote(round_id, num_steps, publish and i == 0, self.generation, beta)
             for i, r in enumerate(self.ranks)
         ]
         weights = replies[0][1] if publish else None

@@ -34,8 +34,12 @@ class DQNLoss(nn.Module):
 
         q = Q(observation)[action]
         next_action = argmax_a Q(next_observation)          # double DQN; Q_target if not double
-        target = reward + gamma * (1 - terminated) * Q_target(next_observation)[next_action]
-        loss_q = huber(q, target)
+        target = reward + discount * (1 - terminated) * Q_target(next_observation)[next_action]
+        loss_q = mean(weight * huber(q, target))
+
+    ``discount`` is the batch's ``n_step_discount`` (gamma^k of n-step transitions) when present,
+    else ``gamma``; ``weight`` is the batch's importance weight (prioritized replay) when
+    present, else 1.
 
     Truncated transitions bootstrap (only ``terminated`` stops the return).
 
@@ -66,8 +70,17 @@ class DQNLoss(nn.Module):
                 next_action = next_target.argmax(dim=-1, keepdim=True)
             next_q = next_target.gather(-1, next_action).squeeze(-1)
             not_done = 1.0 - batch["terminated"].to(q_values.dtype)
-            target = batch["reward"].to(q_values.dtype) + self.gamma * not_done * next_q
-        loss = F.smooth_l1_loss(q_values, target)
+            # n-step transitions carry their own discount gamma^k (collector/nstep.py).
+            discount = batch.get("n_step_discount", None)
+            discount = self.gamma if discount is None else discount.to(q_values.dtype)
+            target = batch["reward"].to(q_values.dtype) + discount * not_done * next_q
+        # Prioritized replay sends importance weights; uniform batches weigh items equally.
+        weight = batch.get("weight", None)
+        if weight is None:
+            loss = F.smooth_l1_loss(q_values, target)
+        else:
+            per_item = F.smooth_l1_loss(q_values, target, reduction="none")
+            loss = (weight.to(q_values.dtype) * per_item).mean()
         return TensorDict(
             {
                 "loss_q": loss,

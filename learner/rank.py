@@ -202,7 +202,12 @@ class LearnerRank:
 
     @ray.method(num_returns=2)
     def step(
-        self, round_id: int, num_steps: int, publish: bool = True, generation: int | None = None
+        self,
+        round_id: int,
+        num_steps: int,
+        publish: bool = True,
+        generation: int | None = None,
+        beta: float | None = None,
     ) -> tuple[StepReceipt, dict[str, torch.Tensor] | None]:
         """Runs ``num_steps`` optimizer steps, each on a fresh per-rank sample.
 
@@ -215,6 +220,8 @@ class LearnerRank:
             task's return value: stored once, owned by the caller.
         """
         self._check_generation(generation)
+        if beta is not None:  # importance-weight exponent annealed by the driver
+            self.replay.beta = beta
         start = time.perf_counter()
         batch = self.core.to_batch(self.sampler.take(num_steps))
         batches = batch.split(self.config.per_rank_batch_size)

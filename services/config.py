@@ -156,6 +156,17 @@ class RunConfig:
     checkpoint: CheckpointConfig = dataclasses.field(default_factory=CheckpointConfig)
     metrics: MetricsConfig = dataclasses.field(default_factory=MetricsConfig)
 
+    def __post_init__(self) -> None:
+        if self.replay.sampler == "prioritized" and not self.learner.update_priorities:
+            raise ValueError(
+                "learner.update_priorities: must be true with replay.sampler=prioritized, got False"
+            )
+        if self.replay.sampler == "fifo":
+            raise ValueError(
+                "replay.sampler: the DQN controller needs uniform or prioritized (fifo is for "
+                "on-policy learners), got 'fifo'"
+            )
+
     def to_dict(self) -> dict:
         """Plain nested dict (YAML/JSON serializable)."""
         return _plain(dataclasses.asdict(self))

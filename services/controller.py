@@ -29,9 +29,9 @@ from collector.group import CollectorGroup
 from collector.policy import ModelSpec
 from collector.receipts import RolloutReceipt
 from learner.group import LearnerGroup, PendingRound
-from learner.receipts import PublishedWeights, StepReceipt
+from learner.receipts import ProtocolError, PublishedWeights, StepReceipt
 from replay.client import ReplayClient
-from replay.shard import remote_shard
+from replay.shard import remote_shards
 from services.checkpoint import CheckpointStore, latest_valid
 from services.checkpointing import restore_learners, restore_services, save_cut
 from services.config import RunConfig
@@ -112,17 +112,7 @@ class Controller:
         """Starts replay shards, collectors and the learner group; publishes version 0."""
         cfg = self.config
         name = cfg.run.name
-        self.shards = [
-            remote_shard(
-                name,
-                i,
-                cfg.replay.shard_capacity,
-                sampler=cfg.replay.sampler,
-                seed=cfg.seed * 100 + i,
-                num_cpus=cfg.replay.num_cpus,
-            )
-            for i in range(cfg.replay.num_shards)
-        ]
+        self.shards = remote_shards(name, cfg.replay, seed=cfg.seed)
         self.replay = ReplayClient(self.shards, seed=cfg.seed)
         self.collectors = CollectorGroup(
             name,
@@ -135,6 +125,9 @@ class Controller:
             num_cpus=cfg.collector.num_cpus,
             max_restarts=cfg.collector.max_restarts,
             vector_mode=cfg.collector.vector_mode,
+            env_kwargs=cfg.collector.env_kwargs,
+            n_step=cfg.collector.n_step,
+            gamma=cfg.collector.gamma,
         )
         self.collectors.wait_ready()
         checkpoint = None
@@ -272,7 +265,10 @@ class Controller:
         owed = self.steps_target() - self.counters.optim_steps
         if owed > 0:
             steps = min(owed, self.config.controller.max_steps_per_round)
-            self.pending_round = self.learners.start_round(steps)
+            beta = None
+            if self.config.replay.sampler == "prioritized":
+                beta = self.config.replay.beta(self.counters.collected_frames)
+            self.pending_round = self.learners.start_round(steps, beta=beta)
 
     def _on_rollout(self, ref: ray.ObjectRef) -> None:
         index = self.inflight.pop(ref)
@@ -312,7 +308,11 @@ class Controller:
     def _on_round(self) -> None:
         try:
             receipt: StepReceipt = self.learners.finish_round(self.pending_round)
-        except ray.exceptions.RayActorError as err:
+        except ProtocolError as err:
+            # A dead or unreachable rank fails the generation: restore it; a protocol breach
+            # between live ranks is a bug and stays fatal.
+            if not isinstance(err.__cause__, ray.exceptions.RayError | TimeoutError):
+                raise
             self._recover_learners(err)
             return
         self.pending_round = None

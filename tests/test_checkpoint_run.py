@@ -72,8 +72,9 @@ def test_cut_is_consistent_and_resume_is_exact(ray_cluster, tmp_path):
         assert cut["manifest"]["optim_steps"] == cut["optim_steps"]
     final = cuts[-1]
     saved = torch.load(final["path"] / "learner-0.pt", weights_only=True)
+    assert saved["version"] == final["optim_steps"]
     for name, value in params.items():
-        assert torch.equal(value, saved["model"][name] if "model" in saved else value)
+        assert torch.equal(value, saved["loss"][f"value_network.{name}"])
     replay_sums = {
         rel: info["sha256"]
         for rel, info in verify(final["path"])["files"].items()
