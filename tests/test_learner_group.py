@@ -137,8 +137,10 @@ def test_disagreeing_receipts_fail_the_generation(ray_cluster, shards):
             group.load_state_dicts([states[0], states[0]])
 
         pending = group.start_round(2, publish=False)
-        with pytest.raises(ProtocolError, match="still in flight"):
-            group.start_round(1)
+        for command in (lambda: group.start_round(1), group.publish, group.state_dicts):
+            with pytest.raises(ProtocolError, match="still in flight"):
+                command()
+        assert group.failed is None
         tampered = dataclasses.replace(pending, expected_version=pending.expected_version + 1)
         with pytest.raises(ProtocolError, match="model version 2, expected 3"):
             group.finish_round(tampered)
