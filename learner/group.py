@@ -182,6 +182,8 @@ class LearnerGroup:
         """
         self.check_generation(pending.generation, "round")
         self._ensure_usable()
+        if self.inflight is None or pending.round_id != self.inflight.round_id:
+            raise ProtocolError(f"round {pending.round_id} is not the round in flight")
         try:
             receipts = ray.get(list(pending.refs), timeout=self.config.command_timeout_s)
         except (ray.exceptions.RayError, TimeoutError) as err:
