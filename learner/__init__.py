@@ -35,6 +35,24 @@ take the same step as one rank on ``B`` items (the losses are means).
 
 Versions: a step skipped by the non-finite guard still counts as a step (the version follows
 the steps the driver asked for); ``nonfinite_skipped`` in the metrics says it was skipped.
+
+Driver usage (generations and checkpoints)::
+
+    group = LearnerGroup(run, config, spec, shards, seed, generation=g)
+    published = group.publish()                     # version 0, schema checked
+    pending = group.start_round(k)                  # one round in flight at most
+    receipt = group.finish_round(pending)           # ProtocolError: generation g failed
+    states = group.state_dicts()                    # no round in flight; one dict per rank
+    torch.save(states[r], path_r)                   # tensors + plain values
+    states = [torch.load(p, weights_only=True) for p in paths]
+    group.shutdown()
+    group = LearnerGroup(run, config, spec, shards, seed, generation=g + 1)
+    version = group.load_state_dicts(states)        # ValueError on another world size
+    published = group.publish()                     # newer key (g + 1, version): force it out
+
+Prioritized replay: with ``update_priorities``, each rank hands ``(shard, index, |td_error|)``
+of a round's items to ``ReplayClient.update_priorities(shard, index, priority)`` (numpy arrays,
+fire and forget) when the client has it.
 """
 
 from learner.config import LearnerConfig

@@ -108,8 +108,8 @@ def publish_to_use(group: LearnerGroup, collector, count: int) -> list[float]:
 def main(argv: list[str] | None = None) -> dict:
     """Runs the benchmark and prints progress lines and a final JSON line."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seconds", type=float, default=1.5, help="length of one window")
-    parser.add_argument("--windows", type=int, default=4, help="local/ws1 window pairs")
+    parser.add_argument("--seconds", type=float, default=1.0, help="length of one window")
+    parser.add_argument("--windows", type=int, default=6, help="local/ws1 window pairs")
     parser.add_argument("--steps-per-round", type=int, default=64)
     parser.add_argument("--publications", type=int, default=200)
     args = parser.parse_args(argv)

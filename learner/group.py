@@ -30,7 +30,7 @@ logger = logging.getLogger(__name__)
 
 @dataclasses.dataclass(frozen=True)
 class PendingRound:
-    """A learner round in flight: one receipt reference per rank."""
+    """A learner round in flight: one receipt reference per rank, and rank 0's weights."""
 
     round_id: int
     num_steps: int
@@ -150,12 +150,15 @@ class LearnerGroup:
         self.inflight = pending
         return pending
 
-    def _next_round(self) -> int:
+    def _ensure_idle(self) -> None:
         self._ensure_usable()
         if self.inflight is not None:
             raise ProtocolError(
                 f"round {self.inflight.round_id} is still in flight; finish it first"
             )
+
+    def _next_round(self) -> int:
+        self._ensure_idle()
         self.round_id += 1
         return self.round_id
 
@@ -185,6 +188,8 @@ class LearnerGroup:
         """
         self.check_generation(pending.generation, "round")
         self._ensure_usable()
+        if self.inflight is None or pending.round_id != self.inflight.round_id:
+            raise ProtocolError(f"round {pending.round_id} is not the round in flight")
         try:
             receipts = ray.get(list(pending.refs), timeout=self.config.command_timeout_s)
         except (ray.exceptions.RayError, TimeoutError) as err:
@@ -248,7 +253,7 @@ class LearnerGroup:
 
     def publish(self) -> PublishedWeights:
         """Rank 0 publishes the current weights (checked by :meth:`verify_publication`)."""
-        self._ensure_usable()
+        self._ensure_idle()
         version, weights = self.ranks[0].publish.remote(self.generation)
         version = ray.get(version, timeout=self.config.command_timeout_s)
         if version != self.version:
@@ -271,9 +276,7 @@ class LearnerGroup:
         RNG, version, ``meta``): ``torch.save`` it and read it back with
         ``torch.load(weights_only=True)``.
         """
-        self._ensure_usable()
-        if self.inflight is not None:
-            raise ProtocolError(f"round {self.inflight.round_id} is in flight; finish it first")
+        self._ensure_idle()
         return ray.get(
             [r.state_dict.remote() for r in self.ranks], timeout=self.config.command_timeout_s
         )
@@ -285,7 +288,7 @@ class LearnerGroup:
             ValueError: If the states come from another world size (resharding is not
                 implemented) or disagree on the version.
         """
-        self._ensure_usable()
+        self._ensure_idle()
         saved = {s.get("meta", {}).get("world_size") for s in states}
         if len(states) != self.config.world_size or saved != {self.config.world_size}:
             raise ValueError(

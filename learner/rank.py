@@ -66,9 +66,7 @@ class LearnerRank:
         self.model_spec = model_spec
         self.factories = {"loss_factory": loss_factory, "stepper_factory": stepper_factory}
         self.replay = ReplayClient(shards, seed=seed * 1000 + rank)
-        self.sampler = RankSampler(
-            self.replay, config.per_rank_batch_size, prefetch=config.prefetch
-        )
+        self.sampler: RankSampler | None = None
         self.seed = seed
         self.store: dist.TCPStore | None = None
         self.core: LearnerCore | None = None
@@ -126,6 +124,9 @@ class LearnerRank:
                 find_unused_parameters=find_unused,
             )
         torch.manual_seed(self.seed * 1000 + self.rank)
+        self.sampler = RankSampler(
+            self.replay, config.per_rank_batch_size, self.core.to_batch, prefetch=config.prefetch
+        )
         return self.rank
 
     def describe(self) -> dict:
@@ -223,9 +224,10 @@ class LearnerRank:
         if beta is not None:  # importance-weight exponent annealed by the driver
             self.replay.beta = beta
         start = time.perf_counter()
-        batch = self.core.to_batch(self.sampler.take(num_steps))
-        batches = batch.split(self.config.per_rank_batch_size)
-        return self._round(round_id, batches, time.perf_counter() - start, publish)
+        batches = self.sampler.take(num_steps)
+        reply = self._round(round_id, batches, time.perf_counter() - start, publish)
+        self.sampler.prepare_next()
+        return reply
 
     def step_on(
         self, round_id: int, batches: list[dict[str, np.ndarray]], generation: int | None = None
@@ -253,6 +255,7 @@ class LearnerRank:
 
     def state_dict(self) -> dict:
         """The core's state plus this rank's identity and replay RNG (``weights_only`` safe)."""
+        self.sampler.drain()
         state = self.core.state_dict()
         state["rng"]["replay"] = self.replay.rng.bit_generator.state
         state["meta"] = {
@@ -277,13 +280,15 @@ class LearnerRank:
                 f"{meta.get('world_size')} cannot be restored into rank {self.rank} of "
                 f"world_size {self.config.world_size}"
             )
+        self.sampler.reset()
         self.core.load_state_dict(state)
         if "replay" in state["rng"]:
             self.replay.rng.bit_generator.state = state["rng"]["replay"]
-        self.sampler.reset()
         return self.core.version
 
     def shutdown(self) -> None:
-        """Leaves the process group."""
+        """Stops background sampling and leaves the process group."""
+        if self.sampler is not None:
+            self.sampler.close()
         if dist.is_initialized():
             dist.destroy_process_group()

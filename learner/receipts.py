@@ -42,7 +42,8 @@ class StepReceipt:
         samples: Transitions this rank drew from replay in this round.
         sample_s: Seconds spent waiting for samples.
         train_s: Seconds spent in forward, backward and optimizer steps.
-        published: Weights after the round (rank 0 only, when asked to publish).
+        published: Weights after the round, when asked to publish (set by the group from rank
+            0's reply; ranks answer without it).
         publish_s: Seconds spent extracting and putting the weights.
         finished_at: Wall-clock time (``time.time()``) when the rank finished the round.
     """

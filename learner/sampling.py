@@ -1,71 +1,111 @@
-"""Per-rank replay sampling with one round of prefetch."""
+"""Per-rank replay sampling: one round of prefetch, prepared off the critical path."""
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 
 import numpy as np
+from tensordict import TensorDict
 
 from replay.client import ReplayClient
 from replay.samplers import EmptyReplayError
 
 logger = logging.getLogger(__name__)
 
+Prepare = Callable[[dict[str, np.ndarray]], TensorDict]
+
 
 class RankSampler:
-    """Draws a rank's samples for a round, requesting the next round's while this one trains.
+    """Draws a rank's batches for a round, fetching and preparing the next round's ahead.
 
     A round of ``k`` steps takes ``k * per_step`` items in one request per shard, shuffled so
-    that every step mixes the shards. With ``prefetch``, the request for the next round (assumed
-    to have as many steps) goes out as soon as this round's items are taken; a longer next round
-    tops up synchronously, a shorter one uses a random subset. Prefetched items were drawn one
-    round earlier, a staleness of at most one round of collection.
+    that every step mixes the shards, converted by ``prepare`` (arrays to a TensorDict on the
+    model's device) and split into ``k`` batches. With ``prefetch``:
+
+    1. :meth:`take` returns the batches prepared for this round and at once sends the shard
+       requests for the next round (assumed as long), so replay samples while the rank trains;
+    2. :meth:`prepare_next`, called when the round's training is done, collects the replies and
+       prepares the batches in a background thread while the rank answers the driver and waits
+       for the next round.
+
+    A longer next round tops up synchronously, a shorter one uses the first batches (already
+    shuffled). Prefetched items were drawn one round earlier, a staleness of at most one round
+    of collection.
 
     Args:
         client: This rank's replay client.
         per_step: Items per optimizer step on this rank.
+        prepare: Converts sampled arrays to a TensorDict (e.g. ``LearnerCore.to_batch``).
 
     Keyword Args:
-        prefetch: Request the next round's items ahead.
+        prefetch: Request and prepare the next round's items ahead.
 
     Examples:
-        >>> sampler = RankSampler(ReplayClient(shards, seed=0), per_step=32)  # doctest: +SKIP
-        >>> arrays = sampler.take(num_steps=16)  # 512 items  # doctest: +SKIP
+        >>> sampler = RankSampler(ReplayClient(shards, seed=0), 32, core.to_batch)  # doctest: +SKIP
+        >>> batches = sampler.take(num_steps=16)  # 16 batches of 32  # doctest: +SKIP
+        >>> sampler.prepare_next()  # after training  # doctest: +SKIP
     """
 
-    def __init__(self, client: ReplayClient, per_step: int, *, prefetch: bool = True) -> None:
+    def __init__(
+        self, client: ReplayClient, per_step: int, prepare: Prepare, *, prefetch: bool = True
+    ) -> None:
         self.client = client
         self.per_step = per_step
+        self.prepare = prepare
         self.prefetch = prefetch
-        self.pending: list | None = None
+        self.pending: tuple[int, list] | None = None
+        self.ready: Future | None = None
+        self._executor = ThreadPoolExecutor(1, "rank-sampler") if prefetch else None
 
-    @property
-    def rng(self) -> np.random.Generator:
-        """The client's generator (shard split and shuffles)."""
-        return self.client.rng
-
-    def take(self, num_steps: int) -> dict[str, np.ndarray]:
-        """Returns ``num_steps * per_step`` shuffled items (with ``shard`` and ``index``).
+    def take(self, num_steps: int) -> list[TensorDict]:
+        """Returns ``num_steps`` batches of ``per_step`` items and requests the next round's.
 
         Raises:
             replay.samplers.EmptyReplayError: If every shard is empty.
         """
-        wanted = num_steps * self.per_step
-        pending, self.pending = self.pending, None
-        arrays = self.client.collect(pending) if pending else self.client.sample(wanted)
-        have = len(arrays["index"])
-        if have < wanted:
-            extra = self.client.sample(wanted - have)
-            arrays = {k: np.concatenate([v, extra[k]]) for k, v in arrays.items()}
-        order = self.rng.permutation(len(arrays["index"]))[:wanted]
-        arrays = {k: v[order] for k, v in arrays.items()}
+        batches = self._prepared()[:num_steps]
+        if len(batches) < num_steps:
+            wanted = (num_steps - len(batches)) * self.per_step
+            batches += self._batches(self.client.sample(wanted))
         if self.prefetch:
             try:
-                self.pending = self.client.sample_async(wanted)
+                self.pending = (num_steps, self.client.sample_async(num_steps * self.per_step))
             except EmptyReplayError:
                 self.pending = None
-        return arrays
+        return batches
+
+    def prepare_next(self) -> None:
+        """Collects and prepares the requested next round in the background."""
+        if self.pending is not None:
+            _, requests = self.pending
+            self.pending = None
+            self.ready = self._executor.submit(lambda: self._batches(self.client.collect(requests)))
 
     def reset(self) -> None:
-        """Drops a prefetched request (after a restore: the next round samples afresh)."""
+        """Waits for background work and drops every prefetched item (after a restore)."""
+        self.drain()
         self.pending = None
+        self.ready = None
+
+    def drain(self) -> None:
+        """Waits for background preparation (before reading or setting the client's RNG)."""
+        if self.ready is not None:
+            self.ready.exception()
+
+    def close(self) -> None:
+        """Stops the background thread."""
+        if self._executor is not None:
+            self._executor.shutdown(wait=False, cancel_futures=True)
+
+    def _prepared(self) -> list[TensorDict]:
+        if self.ready is None:
+            return []
+        ready, self.ready = self.ready, None
+        return ready.result()
+
+    def _batches(self, arrays: dict[str, np.ndarray]) -> list[TensorDict]:
+        order = self.client.rng.permutation(len(arrays["index"]))
+        batch = self.prepare({k: v[order] for k, v in arrays.items()})
+        return list(batch.split(self.per_step))

@@ -55,11 +55,15 @@ def assert_same(a, b):
 
 
 def test_rendezvous_survives_a_taken_port_and_ranks_sample_with_prefetch(shards):
+    from learner.core import LearnerCore
+
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        config = LearnerConfig(world_size=2, global_batch_size=32, rendezvous_port=port)
+        config = LearnerConfig(
+            world_size=2, global_batch_size=32, rendezvous_port=port, grad_accumulation=2
+        )
         group = LearnerGroup("taken", config, SPEC, shards, seed=0)
         try:
             assert group.port not in (0, port)
@@ -74,9 +78,20 @@ def test_rendezvous_survives_a_taken_port_and_ranks_sample_with_prefetch(shards)
                 assert receipt.samples == 16 * steps
                 assert receipt.model_version == version == receipt.published.version
                 assert receipt.metrics["loss_q"] > 0 and receipt.metrics["grad_norm"] > 0
+                assert receipt.metrics["nonfinite_skipped"] == 0  # the accumulating stepper
             assert_same(group.parameters(0), group.parameters(1))
+            # DDP with accumulation (no_sync) on half batches == one process on full batches.
+            state = group.state_dicts()[0]
+            batches = [random_arrays(32, 50 + s) for s in range(2)]
+            group.step_on(split_per_rank(batches, 2))
+            distributed = group.parameters(1)
         finally:
             group.shutdown()
+        single = LearnerCore(SPEC, dataclasses.replace(config, world_size=1))
+        single.load_state_dict(state)
+        single.train([single.to_batch(b) for b in batches])
+        for name, value in single.weights().items():
+            torch.testing.assert_close(distributed[name], value, atol=1e-5, rtol=0)
 
 
 def test_state_round_trip_and_stale_generations_are_refused(ray_cluster, shards):
@@ -137,8 +152,10 @@ def test_disagreeing_receipts_fail_the_generation(ray_cluster, shards):
             group.load_state_dicts([states[0], states[0]])
 
         pending = group.start_round(2, publish=False)
-        with pytest.raises(ProtocolError, match="still in flight"):
-            group.start_round(1)
+        for command in (lambda: group.start_round(1), group.publish, group.state_dicts):
+            with pytest.raises(ProtocolError, match="still in flight"):
+                command()
+        assert group.failed is None
         tampered = dataclasses.replace(pending, expected_version=pending.expected_version + 1)
         with pytest.raises(ProtocolError, match="model version 2, expected 3"):
             group.finish_round(tampered)
