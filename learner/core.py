@@ -108,7 +108,8 @@ class LearnerCore:
 
         A metric that only some steps report (a delayed actor loss) is averaged over those.
         With ``config.update_priorities``, the per-item ``priority_key`` output of each step is
-        kept with the batch's ``shard`` and ``index`` for :meth:`take_priorities`.
+        kept with the batch's ``shard``, ``index`` and ``insertion_id`` for
+        :meth:`take_priorities`.
         """
         config = self.config
         sums: dict[str, list[torch.Tensor]] = {}
@@ -128,21 +129,28 @@ class LearnerCore:
 
     def _keep_priorities(self, batch: TensorDict, values: torch.Tensor | None) -> None:
         keys = batch.keys()  # TensorDict refuses `key in td`
-        if values is None or "index" not in keys or values.shape != (len(batch),):
+        if values is None or "insertion_id" not in keys or values.shape != (len(batch),):
             return
         shard = batch["shard"] if "shard" in keys else torch.zeros_like(batch["index"])
-        self._priorities.append((shard, batch["index"], values.abs().float()))
+        self._priorities.append(
+            (shard, batch["index"], batch["insertion_id"], values.abs().float())
+        )
 
-    def take_priorities(self) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
-        """``(shard, index, priority)`` of the items trained on since the last call, or None.
+    def take_priorities(self) -> tuple[dict[str, np.ndarray], np.ndarray] | None:
+        """Keys and priorities of the items trained on since the last call, or None.
 
-        An item drawn twice keeps its latest priority last.
+        Returns:
+            ``({"shard", "index", "insertion_id"}, priority)``: the arguments of
+            ``ReplayClient.update_priorities``. An item drawn twice keeps its latest priority
+            last.
         """
         if not self._priorities:
             return None
         kept, self._priorities = self._priorities, []
-        shards, indices, priorities = zip(*kept, strict=True)
-        return tuple(torch.cat(parts).cpu().numpy() for parts in (shards, indices, priorities))
+        shard, index, insertion_id, priority = (
+            torch.cat(parts).cpu().numpy() for parts in zip(*kept, strict=True)
+        )
+        return {"shard": shard, "index": index, "insertion_id": insertion_id}, priority
 
     def weights(self) -> dict[str, torch.Tensor]:
         """The policy's weights: CPU, detached copies."""

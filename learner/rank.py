@@ -185,10 +185,10 @@ class LearnerRank:
         return receipt, weights
 
     def _push_priorities(self) -> None:
-        """Hands ``(shard, index, |priority_key|)`` of the round's items to the replay client.
+        """Hands the round's items' ``|priority_key|`` to the replay client (fire and forget).
 
-        Uses ``ReplayClient.update_priorities(shard, index, priority)`` (fire and forget) where
-        the client provides it.
+        ``ReplayClient.update_priorities(keys, priority)`` routes each update to its shard,
+        keyed by ``(shard, index, insertion_id)``, so an overwritten item's update is dropped.
         """
         taken = self.core.take_priorities()
         update = getattr(self.replay, "update_priorities", None)

@@ -41,6 +41,12 @@ METRICS: tuple[tuple[str, str, tuple[str, ...], str], ...] = (
     ("replay_size", "gauge", ("shard",), "Transitions held by each replay shard."),
     ("replay_inserts_total", "counter", ("shard",), "Transitions written to each replay shard."),
     ("replay_samples_total", "counter", ("shard",), "Transitions sampled from each replay shard."),
+    (
+        "replay_priority_updates_total",
+        "counter",
+        ("shard",),
+        "Priority updates applied by each replay shard (prioritized sampling).",
+    ),
     ("loss", "gauge", ("term",), "Loss terms and grad norm averaged over the last round."),
     ("checkpoint_duration_seconds", "gauge", (), "Wall time of the last checkpoint."),
     ("checkpoint_last_success_timestamp_seconds", "gauge", (), "Unix time of the last checkpoint."),
@@ -152,6 +158,9 @@ class MetricsExporter:
             m["replay_size"].labels(shard=label).set(shard["size"])
             self._advance("replay_inserts_total", shard["write_count"], shard=label)
             self._advance("replay_samples_total", shard["sample_count"], shard=label)
+            self._advance(
+                "replay_priority_updates_total", shard.get("priority_updates", 0), shard=label
+            )
         for key, name in (
             ("episode_return_mean", "episode_return"),
             ("episode_length_mean", "episode_length"),

@@ -36,6 +36,7 @@ def random_batch(size, seed, *, shard=0):
             "terminated": torch.rand(size, generator=g) < 0.1,
             "shard": torch.full((size,), shard),
             "index": torch.arange(size),
+            "insertion_id": torch.arange(size) + 100,
         },
         batch_size=[size],
     )
@@ -160,9 +161,10 @@ def test_priorities_follow_the_td_error_of_each_item():
     core = make_core(update_priorities=True)
     batches = [random_batch(8, seed=0, shard=1), random_batch(8, seed=1, shard=0)]
     core.train(batches)
-    shard, index, priority = core.take_priorities()
-    assert shard.tolist() == [1] * 8 + [0] * 8
-    assert index.tolist() == list(range(8)) * 2
+    keys, priority = core.take_priorities()
+    assert keys["shard"].tolist() == [1] * 8 + [0] * 8
+    assert keys["index"].tolist() == list(range(8)) * 2
+    assert keys["insertion_id"].tolist() == list(range(100, 108)) * 2
     assert priority.shape == (16,) and (priority >= 0).all() and priority.max() > 0
     assert core.take_priorities() is None
 
