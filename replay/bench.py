@@ -16,7 +16,7 @@ next observation), and measures, each for a few seconds:
   routes them (calls coalesce while the previous one to a shard is in flight), until applied;
 * checkpoint write and read MB/s of the Atari table (``ReplayClient.dump`` / ``load``: every
   shard in parallel, files fsynced; the page cache is dropped before reading), next to the raw
-  sequential write speed of the same disk (one fsynced file of up to 1.5 GB, timed right before
+  sequential write speed of the same disk (one fsynced file of up to 750 MB, timed right before
   and after the 2-shard checkpoint, averaged), measured in the same run.
 
 Progress goes to stderr; the last stdout line is one JSON object. Keys without a suffix are the
@@ -45,7 +45,7 @@ logger = logging.getLogger("replay.bench")
 
 BATCH = 256
 WRITES_IN_FLIGHT = 8
-DISK_PROBE_BYTES = 1_500_000_000
+DISK_PROBE_BYTES = 750_000_000
 
 
 def small_batch(n: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
@@ -255,7 +255,9 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--seconds", type=float, default=1.5, help="per timed figure")
     parser.add_argument("--dir", default=None, help="checkpoint directory (default: a temp dir)")
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(message)s")
+    logging.basicConfig(
+        level=logging.INFO, stream=sys.stderr, format="%(relativeCreated)6.0f ms  %(message)s"
+    )
 
     started = time.perf_counter()
     directory = Path(tempfile.mkdtemp(prefix="relayrl-replay-bench-", dir=args.dir))
