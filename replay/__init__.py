@@ -19,17 +19,25 @@ Using it from a learner (prioritized, annealed beta, priority updates, prefetch)
 
     client = ReplayClient(shards, seed=seed)
     beta = config.replay.beta(collected_frames)             # linear anneal, driver-side frames
-    batch = client.sample(256, beta=beta, prefetch=2)       # 2 more batches stay in flight
-    loss = (batch["weight"] * td_error**2).mean()           # service-wide importance weights
-    client.update_priorities(batch, np.abs(td_error) + 1e-6)  # async, keyed by shard/index/id
+    for step in range(num_steps):
+        batch = client.sample(256, beta=beta, prefetch=4)   # 4 more batches stay ahead
+        loss = (batch["weight"] * td_error**2).mean()       # service-wide importance weights
+        client.update_priorities(batch, np.abs(td_error) + 1e-6, defer=True)
+    client.flush_updates(wait=True)                         # all applied before the round ends
 
-``update_priorities(..., defer=True)`` holds the updates until the next sample request carries
-them (no extra call); :meth:`ReplayClient.flush_updates` sends them (``wait=True``: applied).
-A batch carries ``"shard"``, ``"index"`` (slot) and ``"insertion_id"`` (the shard's write count
-when the item was stored); a priority update for a slot that has since been overwritten is
-dropped. Prioritized batches also carry ``"probability"`` (of each draw over the whole service)
-and ``"weight"`` (``(P(i) / min_j P(j)) ** -beta``, ``min`` over every sampleable item of every
-shard, computed by the client from each shard's reply).
+Prefetch: ``sample(n, prefetch=k)`` keeps ``k`` batches ahead of the one it returns and fetches
+them ``k`` at a time (one call per shard per ``k`` batches: Ray calls cost about 1 ms of CPU,
+so fewer and larger calls are what makes the rates of ``python -m replay.bench``); prefetched
+batches were drawn from the shards' state when fetched, like Ape-X's. Priority updates:
+``update_priorities`` sends at once (``defer=False``) unless the previous update call to that
+shard is still in flight, in which case the updates wait and go together; ``defer=True`` holds
+them until the next sample request carries them (no extra call); :meth:`ReplayClient.flush_updates`
+sends what is held (``wait=True``: until applied). A batch carries ``"shard"``, ``"index"``
+(slot) and ``"insertion_id"`` (the shard's write count when the item was stored); a priority
+update for a slot that has since been overwritten is dropped. Prioritized batches also carry
+``"probability"`` (with which each item was drawn, over the whole service) and ``"weight"``
+(``(P(i) / min_j P(j)) ** -beta``, the minimum over every sampleable item of every shard,
+computed by the client from each shard's reply); FIFO batches carry ``"fifo_pass"``.
 
 Checkpoints: ``client.dump(dir)`` makes every shard write ``dir/replay-<i>/`` in parallel
 (``ReplayShard.dump(path)`` / ``ReplayTable.dump(path)`` each return their files and sizes);

@@ -296,7 +296,10 @@ class ReplayClient:
     def load(self, directory: str | Path) -> list[dict]:
         """Every shard restores its table from ``directory/replay-<i>`` in parallel.
 
-        Prefetched batches and deferred updates are dropped. Returns each shard's stats.
+        Prefetched batches and deferred updates are dropped. Each shard takes the capacity and
+        sampler of its checkpoint. A shard that refuses its files keeps its current table while
+        the others load theirs (verify a checkpoint before loading it). Returns each shard's
+        stats.
 
         Raises:
             replay.npyio.CheckpointError: Naming a missing, truncated or corrupt file.
