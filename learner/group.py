@@ -305,6 +305,12 @@ class LearnerGroup:
         self.version = versions[0]
         return self.version
 
+    def flush_replay(self) -> None:
+        """Waits until every rank's priority updates are applied (before a replay dump)."""
+        ray.get(
+            [r.flush_replay.remote() for r in self.ranks], timeout=self.config.command_timeout_s
+        )
+
     def shutdown(self) -> None:
         """Leaves the process group, kills the ranks and frees the placement group."""
         with contextlib.suppress(ray.exceptions.RayError, TimeoutError):

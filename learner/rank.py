@@ -201,6 +201,12 @@ class LearnerRank:
             return
         update(*taken)
 
+    def flush_replay(self) -> None:
+        """Waits until this rank's priority updates are applied by the shards."""
+        flush = getattr(self.replay, "flush_updates", None)
+        if flush is not None:
+            flush(wait=True)
+
     @ray.method(num_returns=2)
     def step(
         self,

@@ -96,6 +96,7 @@ def save_cut(controller, store: CheckpointStore) -> Path:
     """Writes a consistent checkpoint of the running job and returns its directory."""
     started = time.perf_counter()
     drain(controller)
+    controller.learners.flush_replay()  # the learners' priority updates belong to the cut
     controller.collectors.pause()
     staging = store.stage(controller.counters.collected_frames)
     try:
