@@ -86,7 +86,7 @@ class LearnerConfig:
     update_priorities: bool = False
     priority_key: str = "td_error"
     # Model and loss
-    hidden_sizes: tuple[int, ...] = (64, 64)
+    hidden_sizes: tuple[int, ...] = (128, 128)
     loss: str = "dqn"
     loss_options: dict = dataclasses.field(default_factory=dict)
     gamma: float = 0.99
@@ -96,7 +96,7 @@ class LearnerConfig:
     stepper: str = "auto"
     stepper_options: dict = dataclasses.field(default_factory=dict)
     optimizer: str = "adam"
-    lr: float = 1e-3
+    lr: float = 5e-4
     weight_decay: float = 0.0
     grad_clip: str = "norm"
     max_grad_norm: float = 10.0
@@ -108,8 +108,8 @@ class LearnerConfig:
     lr_decay_steps: int = 0
     lr_end_factor: float = 0.0
     # Target network
-    target_update_interval: int = 200
-    target_update_tau: float = 1.0
+    target_update_interval: int = 1
+    target_update_tau: float = 0.005
 
     def __post_init__(self) -> None:
         self._check_scaling()

@@ -62,9 +62,9 @@ class ControllerConfig:
         stop_return: Stop early once the running mean reaches this return (None: never).
     """
 
-    total_frames: int = 50_000
+    total_frames: int = 80_000
     init_random_frames: int = 1_000
-    utd_ratio: float = 0.25
+    utd_ratio: float = 0.5
     max_steps_per_round: int = 64
     max_lag_steps: int = 256
     log_interval_s: float = 5.0
