@@ -2,10 +2,10 @@
 
 Pipelining: the actor runs with two rollout threads (``ROLLOUT_CONCURRENCY``). A rollout fetches
 newer weights before it takes the step lock (so the fetch overlaps the previous rollout's
-stepping), steps the envs and sends its replay write under the lock, then releases the lock and
-waits for the write's acknowledgement while the next rollout already steps. A receipt is
-returned only after its write is acknowledged, so a counted rollout is always stored.
-Sequence numbers are taken and writes sent under the lock, so the shard sees them in order.
+stepping), steps the envs and takes its sequence number under the lock, then releases the lock;
+it sends its replay write (in sequence order) and waits for the acknowledgement while the next
+rollout already steps. A receipt is returned only after its write is acknowledged, so a counted
+rollout is always stored.
 """
 
 from __future__ import annotations
@@ -85,10 +85,11 @@ class Collector:
             envs, self.policy, env_seeds(seed, collector_id, num_envs), n_step=n_step, gamma=gamma
         )
         self.seq = 0
-        self.rollouts = 0
         self.generation = -1
         self.version = -1
         self._step_lock = threading.Lock()
+        self._submitted = threading.Condition()
+        self._next_submit = 0
         self._state = threading.Condition()
         self._active = 0
         self._paused = False
@@ -161,12 +162,9 @@ class Collector:
                 stepped = time.perf_counter()
                 seq = self.seq
                 self.seq += 1
-                pending = self.replay.write_async(
-                    batch.transitions, self.writer_id, seq, shard=self.collector_id
-                )
                 generation, version = self.generation, self.version
+            pending = self._submit_in_order(seq, batch.transitions)
             write = ray.get(pending)
-            self.rollouts += 1
             return RolloutReceipt(
                 collector_id=self.collector_id,
                 seq=seq,
@@ -183,6 +181,22 @@ class Collector:
             with self._state:
                 self._active -= 1
                 self._state.notify_all()
+
+    def _submit_in_order(self, seq: int, transitions) -> ray.ObjectRef:
+        """Sends write ``seq`` after every earlier one, outside the step lock.
+
+        Sending a large batch (into the object store) takes milliseconds; the next rollout
+        steps meanwhile. Writes still leave in sequence order, as the shard's dedup expects.
+        """
+        with self._submitted:
+            self._submitted.wait_for(lambda: self._next_submit == seq)
+            try:
+                return self.replay.write_async(
+                    transitions, self.writer_id, seq, shard=self.collector_id
+                )
+            finally:
+                self._next_submit += 1
+                self._submitted.notify_all()
 
     # -- pause barrier -------------------------------------------------------------------------
     @ray.method(concurrency_group="control")
@@ -229,7 +243,6 @@ class Collector:
                 "num_envs": self.worker.num_envs,
                 "n_step": self.worker.nstep.n,
                 "seq": self.seq,
-                "rollouts": self.rollouts,
                 "frames": self.worker.frames,
                 "episodes": self.worker.episodes,
                 "policy": self.policy.state_dict(),
@@ -257,7 +270,8 @@ class Collector:
                 raise ValueError(f"{key}: state has {state.get(key)!r}, collector has {value!r}")
         with self._step_lock:
             self.seq = int(state["seq"])
-            self.rollouts = int(state["rollouts"])
+            with self._submitted:
+                self._next_submit = self.seq
             self.worker.frames = int(state["frames"])
             self.worker.episodes = int(state["episodes"])
             self.policy.load_state_dict(state["policy"])

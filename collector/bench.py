@@ -3,17 +3,28 @@
 ``python -m collector.bench`` measures, on CartPole-v1 with 8 envs and a 4-64-64-2 MLP
 epsilon-greedy policy:
 
-* ``raw_loop_fps``: one process stepping the vector env with the policy, no storage, no Ray;
+* ``raw_loop_fps``: one process stepping the vector env with the policy, nothing stored and no
+  Ray call in the loop;
 * ``raw_loop_x2_fps``: two such processes run at the same time, their rates summed;
 * ``one_collector_fps``: one Collector actor writing to one replay shard, driven like the
   controller drives it (``max_inflight`` rollouts in flight, new weights published every
   ``--publish-every-s`` and handed over with the next rollout);
 * ``two_collectors_fps``: two collectors writing to two shards.
 
-The raw loops run in persistent subprocesses and all four figures are measured in alternation
-for ``--rounds`` rounds while the same Ray instance is up; each figure is the median over rounds.
+Frames are counted alike on both sides: transitions, that is env steps other than gymnasium's
+auto-reset steps (in ``NEXT_STEP`` mode an env spends one step on each reset, which yields no
+transition; a collector cannot write it and the raw loop does not count it).
+
+All four figures are measured in alternation for ``--rounds`` rounds on one Ray instance; each
+figure is the median over rounds. The raw loops run in Ray actor processes (their loop makes no
+Ray call), so the OS schedules them exactly like collectors: Ray starts workers at niceness 15,
+and on Linux with autogroup scheduling all processes of a session share one CPU share; on a
+machine shared with other work, a raw loop in a plain process would get more CPU than any Ray
+worker and the ratio would measure priority rather than collection overhead.
 ``ratio_one`` is one collector over one raw loop, ``ratio_two`` two collectors over two parallel
-raw loops (on a machine whose cores do not add up, N collectors compete like N raw loops do).
+raw loops (on a machine whose cores do not add up, N collectors compete like N raw loops do);
+each is the median over rounds of the round's ratio (collector figure over the raw figure
+measured just before it), so load from other work that drifts between rounds cancels.
 The last line of output is one JSON object.
 """
 
@@ -23,7 +34,6 @@ import argparse
 import dataclasses
 import json
 import logging
-import multiprocessing as mp
 import statistics
 import time
 from pathlib import Path
@@ -52,52 +62,55 @@ class BenchWeights:
     ref: ray.ObjectRef
 
 
-def _raw_worker(conn, num_envs: int, epsilon: float, seed: int) -> None:
-    """Subprocess: on each ``seconds`` message, runs the raw loop and replies frames/s."""
-    torch.set_num_threads(1)
-    torch.manual_seed(seed)
-    envs = make_vector_env(ENV_ID, num_envs)
-    policy = SPEC.make_policy(SPEC.build().eval(), np.random.SeedSequence(seed))
-    obs, _ = envs.reset(seed=env_seeds(seed, 0, num_envs))
-    act, step = policy.act, envs.step
-    while (seconds := conn.recv()) is not None:
-        steps = 0
+class RawLoop:
+    """The limit: a vector env stepped with the policy, nothing stored, no Ray call in the loop.
+
+    It runs as a Ray actor so that it is scheduled exactly like a collector (same niceness,
+    same scheduler group); only its loop is measured.
+    """
+
+    def __init__(self, num_envs: int, epsilon: float, seed: int) -> None:
+        torch.set_num_threads(1)
+        torch.manual_seed(seed)
+        self.num_envs = num_envs
+        self.epsilon = epsilon
+        self.envs = make_vector_env(ENV_ID, num_envs)
+        self.policy = SPEC.make_policy(SPEC.build().eval(), np.random.SeedSequence(seed))
+        self.obs, _ = self.envs.reset(seed=env_seeds(seed, 0, num_envs))
+
+    def run(self, seconds: float) -> float:
+        """Steps for ``seconds`` and returns frames (transitions) per second."""
+        act, step, obs, epsilon = self.policy.act, self.envs.step, self.obs, self.epsilon
+        steps = episodes = 0
         with torch.inference_mode():
             start = time.perf_counter()
             while (now := time.perf_counter()) - start < seconds:
                 for _ in range(128):
                     actions, _ = act(obs, epsilon)
-                    obs, _, _, _, _ = step(actions)
+                    obs, _, terminated, truncated, _ = step(actions)
+                    episodes += np.count_nonzero(terminated | truncated)
                 steps += 128
-        conn.send(steps * num_envs / (now - start))
+        self.obs = obs
+        # Each episode end costs the env one auto-reset step that is no transition.
+        return (steps * self.num_envs - episodes) / (now - start)
 
 
 class RawLoops:
-    """Persistent raw-loop processes, so a measurement does not pay process start-up."""
+    """Raw-loop actors; ``measure(k, s)`` runs ``k`` of them at once and sums their rates."""
 
     def __init__(self, count: int, num_envs: int, epsilon: float) -> None:
-        ctx = mp.get_context("spawn")
-        self.conns = []
-        self.procs = []
-        for i in range(count):
-            parent, child = ctx.Pipe()
-            proc = ctx.Process(target=_raw_worker, args=(child, num_envs, epsilon, i), daemon=True)
-            proc.start()
-            self.conns.append(parent)
-            self.procs.append(proc)
+        actor_cls = ray.remote(num_cpus=0)(RawLoop)
+        self.actors = [actor_cls.remote(num_envs, epsilon, i) for i in range(count)]
+        ray.get([a.run.remote(0.1) for a in self.actors])
 
     def measure(self, copies: int, seconds: float) -> float:
         """Runs ``copies`` raw loops at once for ``seconds``; returns their summed frames/s."""
-        for conn in self.conns[:copies]:
-            conn.send(seconds)
-        return sum(conn.recv() for conn in self.conns[:copies])
+        return sum(ray.get([a.run.remote(seconds) for a in self.actors[:copies]]))
 
     def close(self) -> None:
-        """Stops the processes."""
-        for conn in self.conns:
-            conn.send(None)
-        for proc in self.procs:
-            proc.join(timeout=10)
+        """Kills the actors."""
+        for actor in self.actors:
+            ray.kill(actor)
 
 
 class CollectorRig:
@@ -135,6 +148,7 @@ class CollectorRig:
         t_first = None
         frames = 0
         now = start
+        stepping = []
         while t_first is None or now - t_first < seconds:
             [ref], _ = ray.wait(list(inflight), num_returns=1)
             receipt = ray.get(ref)
@@ -145,10 +159,18 @@ class CollectorRig:
                 next_publish = now + args.publish_every_s
             if t_first is not None:
                 frames += receipt.frames
+                stepping.append((receipt.frames_per_s, receipt.write_s))
             elif now - start >= warmup_s:
                 t_first = now  # frames of receipts after this one, over the time after it
         elapsed = now - t_first
         ray.get(list(inflight))
+        logger.info(
+            "%d collector(s): %.0f frames/s while stepping, write ack %.1f ms, %d receipts",
+            len(group),
+            statistics.mean(s for s, _ in stepping),
+            1e3 * statistics.mean(w for _, w in stepping),
+            len(stepping),
+        )
         return frames / elapsed
 
     def close(self) -> None:
@@ -161,11 +183,11 @@ class CollectorRig:
 def main(argv: list[str] | None = None) -> dict:
     """Runs the benchmark and prints its JSON summary as the last line."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seconds", type=float, default=3.0, help="measured seconds per figure")
+    parser.add_argument("--seconds", type=float, default=2.0, help="measured seconds per figure")
     parser.add_argument("--warmup-s", type=float, default=0.5, help="collector warm-up seconds")
-    parser.add_argument("--rounds", type=int, default=2, help="alternating measurement rounds")
+    parser.add_argument("--rounds", type=int, default=4, help="alternating measurement rounds")
     parser.add_argument("--envs", type=int, default=8, help="envs per loop / collector")
-    parser.add_argument("--rollout-frames", type=int, default=2048, help="frames per rollout")
+    parser.add_argument("--rollout-frames", type=int, default=8192, help="frames per rollout")
     parser.add_argument("--max-inflight", type=int, default=2, help="rollouts per collector")
     parser.add_argument("--epsilon", type=float, default=0.05, help="exploration rate")
     parser.add_argument("--publish-every-s", type=float, default=0.1, help="weights cadence")
@@ -173,7 +195,6 @@ def main(argv: list[str] | None = None) -> dict:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
 
-    raw = RawLoops(2, args.envs, args.epsilon)
     ray.init(
         num_cpus=8,
         include_dashboard=False,
@@ -182,6 +203,7 @@ def main(argv: list[str] | None = None) -> dict:
         _node_ip_address="127.0.0.1",
         runtime_env={"env_vars": {"PYTHONPATH": str(ROOT)}},
     )
+    raw = RawLoops(2, args.envs, args.epsilon)
     rigs = {1: CollectorRig("bench1", 1, args), 2: CollectorRig("bench2", 2, args)}
     figures: dict[str, list[float]] = {
         "raw_loop_fps": [],
@@ -190,7 +212,6 @@ def main(argv: list[str] | None = None) -> dict:
         "two_collectors_fps": [],
     }
     try:
-        raw.measure(2, 0.5)  # warm both raw processes
         for round_index in range(args.rounds):
             figures["raw_loop_fps"].append(raw.measure(1, args.seconds))
             figures["one_collector_fps"].append(rigs[1].measure(args.seconds, args.warmup_s))
@@ -207,8 +228,15 @@ def main(argv: list[str] | None = None) -> dict:
         raw.close()
         ray.shutdown()
     result = {k: round(statistics.median(v), 1) for k, v in figures.items()}
-    result["ratio_one"] = round(result["one_collector_fps"] / result["raw_loop_fps"], 3)
-    result["ratio_two"] = round(result["two_collectors_fps"] / result["raw_loop_x2_fps"], 3)
+    # Each round's collector figure over the raw figure measured just before it, so load that
+    # drifts between rounds cancels; the median over rounds.
+    pairs = {
+        "ratio_one": ("one_collector_fps", "raw_loop_fps"),
+        "ratio_two": ("two_collectors_fps", "raw_loop_x2_fps"),
+    }
+    for name, (top, bottom) in pairs.items():
+        ratios = [a / b for a, b in zip(figures[top], figures[bottom], strict=True)]
+        result[name] = round(statistics.median(ratios), 3)
     result.update(
         envs=args.envs,
         rollout_frames=args.rollout_frames,

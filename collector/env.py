@@ -50,6 +50,10 @@ def make_vector_env(
 ) -> gym.vector.VectorEnv:
     """Builds a vector env in gymnasium's ``NEXT_STEP`` autoreset mode.
 
+    The env does not copy its observation buffer on every step (``copy=False``): the returned
+    observations are overwritten by the next step, so consumers copy what they keep (the
+    rollout worker copies each into its rollout buffer right away).
+
     Args:
         env_id: A registered gymnasium id (``"CartPole-v1"``) or a factory path
             (``"my_pkg.envs:make_env"``) whose function returns one ``gymnasium.Env``.
@@ -77,12 +81,12 @@ def make_vector_env(
             env_id,
             num_envs=num_envs,
             vectorization_mode=mode,
-            vector_kwargs={"autoreset_mode": autoreset},
+            vector_kwargs={"autoreset_mode": autoreset, "copy": False},
             **kwargs,
         )
     env_fn = functools.partial(resolve_factory(env_id), **kwargs)
     vector_cls = gym.vector.SyncVectorEnv if mode == "sync" else gym.vector.AsyncVectorEnv
-    return vector_cls([env_fn] * num_envs, autoreset_mode=autoreset)
+    return vector_cls([env_fn] * num_envs, autoreset_mode=autoreset, copy=False)
 
 
 def env_seeds(run_seed: int, collector_id: int, num_envs: int, epoch: int = 0) -> list[int]:
