@@ -20,9 +20,13 @@ from learner.weights import WeightSchemaError, check_schema, spec_schema, tensor
 SPEC = ModelSpec(4, 2, (16, 16))
 
 
+# The learning-rule defaults these tests were written against (the run defaults may move).
+PINNED = {"lr": 1e-3, "target_update_interval": 200, "target_update_tau": 1.0}
+
+
 def make_core(seed=0, spec=SPEC, **overrides):
     torch.manual_seed(seed)
-    return LearnerCore(spec, LearnerConfig(**overrides))
+    return LearnerCore(spec, LearnerConfig(**{**PINNED, **overrides}))
 
 
 def random_batch(size, seed, *, shard=0):
