@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from services.checkpoint import latest_valid
 from services.config import load_config
 from tests.conftest import ROOT
 
@@ -49,7 +50,8 @@ class Head:
         self.temp_dir = tempfile.mkdtemp(prefix="rrl-")
         ports = dict(zip(PORT_FLAGS, free_ports(len(PORT_FLAGS)), strict=True))
         self.dashboard = f"http://127.0.0.1:{ports['--dashboard-port']}"
-        self.env = dict(os.environ, RAY_AUTH_MODE="token")
+        # The job stop window covers the final checkpoint (the deploy recipes set it too).
+        self.env = dict(os.environ, RAY_AUTH_MODE="token", RAY_JOB_STOP_WAIT_TIME_S="60")
         self.env.pop("RAY_ADDRESS", None)
         args = [f"{flag}={port}" for flag, port in ports.items()]
         subprocess.run(
@@ -169,6 +171,54 @@ def test_submitted_job_succeeds_and_logs_progress(head, tmp_path):
     summary = json.loads([line for line in logs.splitlines() if line.startswith("{")][-1])
     assert summary["frames"] >= 6000 and summary["optim_steps"] > 0
     assert (tmp_path / "run" / "metrics.jsonl").exists()
+
+
+@pytest.mark.slow
+def test_job_stop_leaves_a_checkpoint_that_resume_continues(head, tmp_path):
+    run_dir = tmp_path / "stopped"
+    job_id = head.submit(
+        "--set",
+        "controller.total_frames=10000000",
+        "--set",
+        "controller.log_interval_s=0.5",
+        "--set",
+        f"run.dir={run_dir}",
+    )
+    follow = subprocess.Popen(
+        ["ray", "job", "logs", "--address", head.dashboard, "--follow", job_id],
+        cwd=ROOT,
+        env=head.env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    try:
+        for line in follow.stdout:  # the first progress line with episodes: the job is training
+            if line.startswith("frames ") and "return -" not in line:
+                break
+        head.job("stop", job_id, timeout=120)
+    finally:
+        follow.kill()
+    assert head.wait(job_id) == "STOPPED"
+    logs = head.logs(job_id)
+    summary = json.loads([line for line in logs.splitlines() if line.startswith("{")][-1])
+    assert summary["stopped_early"] is True and summary["checkpoint"]
+    checkpoint, manifest = latest_valid(run_dir / "checkpoints")
+    assert str(checkpoint) == summary["checkpoint"]
+    assert manifest["counters"]["collected_frames"] == summary["frames"]
+
+    resumed = head.submit(
+        "--resume",
+        str(run_dir / "checkpoints"),
+        "--set",
+        f"controller.total_frames={summary['frames'] + 2000}",
+        "--set",
+        f"run.dir={tmp_path / 'resumed'}",
+    )
+    assert head.wait(resumed) == "SUCCEEDED", head.logs(resumed)[-3000:]
+    final = json.loads([ln for ln in head.logs(resumed).splitlines() if ln.startswith("{")][-1])
+    assert final["frames"] >= summary["frames"] + 2000
+    assert final["optim_steps"] > summary["optim_steps"] and final["generation"] == 1
 
 
 def test_manifests_parse_and_name_what_exists():
