@@ -46,7 +46,8 @@ class Collector:
         env_id: Gymnasium id or ``module:function`` env factory.
         num_envs: Sub-environments stepped in one vector env.
         model_spec: Network spec (``ModelSpec`` for DQN, ``ActorCriticSpec`` for PPO/A2C/SAC).
-        shards: Handles of the replay shards.
+        shards: Replay shard handles, or their actor names in namespace ``relayrl`` (preferred:
+            restartable actors should not hold handles in their constructor arguments).
         seed: Run seed; env, exploration and init seeds are derived from it and ``collector_id``.
         vector_mode: ``"sync"`` or ``"async"``.
 
@@ -62,7 +63,7 @@ class Collector:
         env_id: str,
         num_envs: int,
         model_spec,
-        shards: Sequence[ray.actor.ActorHandle],
+        shards: Sequence[ray.actor.ActorHandle | str],
         seed: int,
         vector_mode: str = "sync",
         *,
@@ -74,7 +75,12 @@ class Collector:
         self.collector_id = collector_id
         self.seed = seed
         self.writer_id = f"collector-{collector_id}/{uuid.uuid4().hex[:8]}"
-        self.replay = ReplayClient(shards)
+        # Shards given by name are looked up here: Ray cannot restart an actor whose constructor
+        # arguments hold actor handles if those go out of scope, and it warns about it.
+        handles = [
+            ray.get_actor(s, namespace="relayrl") if isinstance(s, str) else s for s in shards
+        ]
+        self.replay = ReplayClient(handles)
         torch.manual_seed(seed * 7919 + collector_id)
         self.network = model_spec.build().eval()
         self.policy = model_spec.make_policy(

@@ -62,7 +62,7 @@ class CollectorGroup:
         env_id: Gymnasium id or ``module:function`` env factory.
         envs_per_collector: Sub-envs per collector.
         model_spec: Network spec shared with the learners.
-        shards: Replay shard handles.
+        shards: Replay shard handles or actor names (see ``Collector``).
         seed: Run seed.
 
     Keyword Args:
@@ -86,7 +86,7 @@ class CollectorGroup:
         env_id: str,
         envs_per_collector: int,
         model_spec,
-        shards: Sequence[ray.actor.ActorHandle],
+        shards: Sequence[ray.actor.ActorHandle | str],
         seed: int,
         *,
         num_cpus: float = 1.0,

@@ -31,7 +31,7 @@ import ray
 import torch
 from tensordict import TensorDict
 
-from collector.actor import Collector
+from collector.group import remote_collector
 from collector.policy import ModelSpec
 from learner.config import LearnerConfig
 from learner.core import LearnerCore
@@ -134,8 +134,8 @@ def main(argv: list[str] | None = None) -> dict:
             ):
                 totals[name][0] += steps
                 totals[name][1] += elapsed
-        collector = (
-            ray.remote(Collector).options(num_cpus=0).remote(0, "CartPole-v1", 1, SPEC, shards, 0)
+        collector = remote_collector(
+            "bench", 0, "CartPole-v1", 1, SPEC, shards, 0, num_cpus=0, max_restarts=0
         )
         ray.get(collector.ping.remote())
         latencies = publish_to_use(group, collector, args.publications)

@@ -120,7 +120,7 @@ class Controller:
             cfg.collector.env_id,
             cfg.collector.envs_per_collector,
             self.model_spec,
-            self.shards,
+            [f"{name}.replay-{i}" for i in range(cfg.replay.num_shards)],
             cfg.seed,
             num_cpus=cfg.collector.num_cpus,
             max_restarts=cfg.collector.max_restarts,

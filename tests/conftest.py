@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import socket
+import subprocess
 import sys
 from pathlib import Path
 
@@ -47,3 +48,15 @@ def cli_env() -> dict[str, str]:
 
 
 PYTHON = sys.executable
+
+
+def run_cli(*args: str, timeout: float = 240) -> subprocess.CompletedProcess:
+    """Runs ``python -m services.train ARGS`` from the repo root and captures its output."""
+    return subprocess.run(
+        [PYTHON, "-m", "services.train", *args],
+        cwd=ROOT,
+        env=cli_env(),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )

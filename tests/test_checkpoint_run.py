@@ -11,7 +11,7 @@ import torch
 from services.checkpoint import latest_valid, sha256_file, verify
 from services.config import load_config
 from services.controller import Controller
-from tests.conftest import PYTHON, ROOT, cli_env
+from tests.conftest import PYTHON, ROOT, cli_env, run_cli
 
 SMALL = [
     "collector.num_collectors=2",
@@ -136,17 +136,6 @@ def test_dead_learner_is_restored_from_the_latest_checkpoint(ray_cluster, tmp_pa
         assert controller.weights.generation == 1
     finally:
         controller.shutdown()
-
-
-def run_cli(*args, timeout=240):
-    return subprocess.run(
-        [PYTHON, "-m", "services.train", *args],
-        cwd=ROOT,
-        env=cli_env(),
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
 
 
 def test_sigterm_leaves_a_loadable_checkpoint_and_exits_zero(tmp_path):

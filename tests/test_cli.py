@@ -1,22 +1,10 @@
 """End-to-end runs of ``python -m services.train`` as a subprocess."""
 
 import json
-import subprocess
 
 import pytest
 
-from tests.conftest import PYTHON, ROOT, cli_env
-
-
-def run_cli(*args, timeout=240):
-    return subprocess.run(
-        [PYTHON, "-m", "services.train", *args],
-        cwd=ROOT,
-        env=cli_env(),
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
+from tests.conftest import run_cli
 
 
 @pytest.mark.slow
