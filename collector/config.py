@@ -41,14 +41,14 @@ class CollectorConfig:
     rollout_frames: int = 256
     max_inflight: int = 2
     frame_skip: int = 1
-    n_step: int = 1
+    n_step: int = 3
     gamma: float = 0.99
     # Actors
     num_cpus: float = 0.5
     max_restarts: int = 3
     # Exploration
     epsilon_start: float = 1.0
-    epsilon_end: float = 0.05
+    epsilon_end: float = 0.01
     epsilon_anneal_frames: int = 10_000
 
     def __post_init__(self) -> None:

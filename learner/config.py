@@ -3,63 +3,121 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 
 BACKENDS = ("auto", "gloo", "nccl")
 STRATEGIES = ("PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD")
+LOSSES = ("dqn",)
+STEPPERS = ("auto", "default", "mixed_precision", "delayed_policy")
+OPTIMIZERS = ("adam", "adamw", "sgd", "rmsprop")
+GRAD_CLIPS = ("norm", "value", "none")
+PRECISIONS = ("fp32", "bf16", "fp16")
+LR_SCHEDULERS = ("none", "linear", "cosine")
+_FACTORY_PATH = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
 
 
 @dataclasses.dataclass(frozen=True)
 class LearnerConfig:
-    """DDP learner group and the DQN update rule.
+    """DDP learner group, its optimization stepper and the DQN update rule.
 
     Attributes:
         world_size: Number of DDP ranks.
         resources_per_rank: Ray resources of one rank's bundle, e.g. ``{"CPU": 1}`` or
-            ``{"CPU": 4, "GPU": 1}``; a GPU selects CUDA devices and the nccl backend.
+            ``{"CPU": 4, "GPU": 1}``; a GPU selects ``cuda:0`` in each rank (Ray sets
+            ``CUDA_VISIBLE_DEVICES``) and the nccl backend.
         placement_strategy: Placement group strategy: PACK, SPREAD, STRICT_PACK, STRICT_SPREAD.
         backend: torch.distributed backend: ``auto`` (nccl with GPUs, else gloo), gloo or nccl.
-        rendezvous_port: Port for rank 0's store; 0 lets the OS choose (a taken port falls back
-            to an OS-chosen one).
+        rendezvous_port: Port of rank 0's store; 0 lets the OS choose. A taken port falls back
+            to OS-chosen ones.
+        rendezvous_attempts: Store openings tried before rendezvous fails.
         setup_timeout_s: Seconds allowed for placement and rendezvous.
+        command_timeout_s: Seconds a round (and each collective inside it) may take.
         global_batch_size: Transitions per optimizer step over all ranks; each rank samples
             ``global_batch_size / world_size``.
+        prefetch: Each rank requests its next round's sample as soon as it has taken the current
+            one, so replay works while the rank trains.
+        update_priorities: Send ``|priority_key|`` per sampled item back to its replay shard
+            (prioritized replay).
+        priority_key: Per-item entry of the loss output used as the new priority.
         hidden_sizes: Hidden layer widths of the Q-network.
-        lr: Adam learning rate.
+        loss: ``dqn`` or a ``"module:factory"`` path; the factory is called as
+            ``factory(policy_network, config)`` and returns a module mapping a TensorDict batch
+            to a TensorDict with ``loss_*`` entries (TorchRL's LossModule convention).
+        loss_options: Free-form options for a user loss factory.
         gamma: Discount factor.
         double_dqn: Select bootstrap actions with the online network.
-        max_grad_norm: Clip gradients to this global norm (0 disables clipping).
+        find_unused_parameters: DDP option for losses whose named methods use a subset of the
+            parameters (actor-critic losses).
+        stepper: ``auto`` (``mixed_precision`` when ``precision`` is not fp32 or
+            ``grad_accumulation > 1``, else ``default``), ``default``, ``mixed_precision``,
+            ``delayed_policy`` or a ``"module:factory"`` path called as
+            ``factory(loss_module, config)``.
+        stepper_options: Free-form options of the stepper (``delayed_policy`` reads
+            ``policy_delay``, ``critic_method``, ``actor_method``).
+        optimizer: adam, adamw, sgd or rmsprop.
+        lr: Learning rate.
+        weight_decay: Weight decay of the optimizer.
+        grad_clip: ``norm`` (global norm ``max_grad_norm``), ``value`` (each gradient to
+            ``[-max_grad_value, max_grad_value]``) or ``none``; ``grad_norm`` is always reported.
+        max_grad_norm: Global norm limit (0 only measures the norm).
+        max_grad_value: Per-element limit for ``grad_clip: value``.
+        precision: fp32, bf16 (autocast) or fp16 (autocast and a gradient scaler).
+        grad_accumulation: Micro-batches per optimizer step; each rank's batch is split evenly.
+        lr_scheduler: none, linear or cosine decay, stepped per optimizer step.
+        lr_warmup_steps: Linear warm-up steps from 0 to ``lr``.
+        lr_decay_steps: Steps (after warm-up) to decay to ``lr * lr_end_factor``.
+        lr_end_factor: Final learning rate as a fraction of ``lr``.
         target_update_interval: Optimizer steps between target network updates.
         target_update_tau: 1.0 copies the weights (hard update); below 1 averages (soft update).
     """
 
-    # Scaling
+    # Scaling and placement
     world_size: int = 1
     resources_per_rank: dict = dataclasses.field(default_factory=lambda: {"CPU": 1})
     placement_strategy: str = "PACK"
     backend: str = "auto"
     rendezvous_port: int = 0
+    rendezvous_attempts: int = 3
     setup_timeout_s: float = 120.0
-    # Learning rule
+    command_timeout_s: float = 600.0
+    # Sampling
     global_batch_size: int = 64
-    hidden_sizes: tuple[int, ...] = (64, 64)
-    lr: float = 1e-3
+    prefetch: bool = True
+    update_priorities: bool = False
+    priority_key: str = "td_error"
+    # Model and loss
+    hidden_sizes: tuple[int, ...] = (128, 128)
+    loss: str = "dqn"
+    loss_options: dict = dataclasses.field(default_factory=dict)
     gamma: float = 0.99
     double_dqn: bool = True
+    find_unused_parameters: bool = False
+    # Optimization
+    stepper: str = "auto"
+    stepper_options: dict = dataclasses.field(default_factory=dict)
+    optimizer: str = "adam"
+    lr: float = 5e-4
+    weight_decay: float = 0.0
+    grad_clip: str = "norm"
     max_grad_norm: float = 10.0
-    target_update_interval: int = 200
-    target_update_tau: float = 1.0
+    max_grad_value: float = 1.0
+    precision: str = "fp32"
+    grad_accumulation: int = 1
+    lr_scheduler: str = "none"
+    lr_warmup_steps: int = 0
+    lr_decay_steps: int = 0
+    lr_end_factor: float = 0.0
+    # Target network
+    target_update_interval: int = 1
+    target_update_tau: float = 0.005
 
     def __post_init__(self) -> None:
+        self._check_scaling()
+        self._check_learning_rule()
+        self._check_optimization()
+
+    def _check_scaling(self) -> None:
         _check(self.world_size >= 1, "world_size", "must be an integer >= 1", self.world_size)
-        _check(
-            self.global_batch_size >= 1, "global_batch_size", "must be >= 1", self.global_batch_size
-        )
-        _check(
-            self.global_batch_size % self.world_size == 0,
-            "global_batch_size",
-            f"must be divisible by world_size={self.world_size}",
-            self.global_batch_size,
-        )
         _check(self.backend in BACKENDS, "backend", f"must be one of {BACKENDS}", self.backend)
         _check(
             self.placement_strategy in STRATEGIES,
@@ -78,7 +136,8 @@ class LearnerConfig:
         _check(
             gpus == int(gpus) and (gpus >= 1 or self.backend != "nccl"),
             "resources_per_rank",
-            "GPU must be a whole number, and nccl needs GPU >= 1 per rank",
+            "GPU must be a whole number (fractional GPUs cannot run nccl), and nccl needs "
+            "GPU >= 1 per rank",
             resources,
         )
         _check(
@@ -87,16 +146,41 @@ class LearnerConfig:
             "must be in [0, 65535]",
             self.rendezvous_port,
         )
+        _check(
+            self.rendezvous_attempts >= 1,
+            "rendezvous_attempts",
+            "must be >= 1",
+            self.rendezvous_attempts,
+        )
         _check(self.setup_timeout_s > 0, "setup_timeout_s", "must be > 0", self.setup_timeout_s)
+        _check(
+            self.command_timeout_s > 0, "command_timeout_s", "must be > 0", self.command_timeout_s
+        )
+        _check(
+            self.global_batch_size >= 1, "global_batch_size", "must be >= 1", self.global_batch_size
+        )
+        _check(
+            self.global_batch_size % self.world_size == 0,
+            "global_batch_size",
+            f"must be divisible by world_size={self.world_size}",
+            self.global_batch_size,
+        )
+
+    def _check_learning_rule(self) -> None:
         _check(
             len(self.hidden_sizes) >= 1 and min(self.hidden_sizes) >= 1,
             "hidden_sizes",
             "must be a non-empty list of positive widths",
             self.hidden_sizes,
         )
-        _check(self.lr > 0, "lr", "must be > 0", self.lr)
+        _check(
+            self.loss in LOSSES or bool(_FACTORY_PATH.match(self.loss)),
+            "loss",
+            f"must be one of {LOSSES} or a 'module:factory' path",
+            self.loss,
+        )
+        _check(bool(self.priority_key), "priority_key", "must be non-empty", self.priority_key)
         _check(0 <= self.gamma <= 1, "gamma", "must be in [0, 1]", self.gamma)
-        _check(self.max_grad_norm >= 0, "max_grad_norm", "must be >= 0", self.max_grad_norm)
         _check(
             self.target_update_interval >= 1,
             "target_update_interval",
@@ -108,6 +192,72 @@ class LearnerConfig:
             "target_update_tau",
             "must be in (0, 1]",
             self.target_update_tau,
+        )
+
+    def _check_optimization(self) -> None:
+        _check(
+            self.stepper in STEPPERS or bool(_FACTORY_PATH.match(self.stepper)),
+            "stepper",
+            f"must be one of {STEPPERS} or a 'module:factory' path",
+            self.stepper,
+        )
+        _check(
+            self.optimizer in OPTIMIZERS,
+            "optimizer",
+            f"must be one of {OPTIMIZERS}",
+            self.optimizer,
+        )
+        _check(self.lr > 0, "lr", "must be > 0", self.lr)
+        _check(self.weight_decay >= 0, "weight_decay", "must be >= 0", self.weight_decay)
+        _check(
+            self.grad_clip in GRAD_CLIPS,
+            "grad_clip",
+            f"must be one of {GRAD_CLIPS}",
+            self.grad_clip,
+        )
+        _check(self.max_grad_norm >= 0, "max_grad_norm", "must be >= 0", self.max_grad_norm)
+        _check(self.max_grad_value > 0, "max_grad_value", "must be > 0", self.max_grad_value)
+        _check(
+            self.precision in PRECISIONS,
+            "precision",
+            f"must be one of {PRECISIONS}",
+            self.precision,
+        )
+        _check(
+            self.grad_accumulation >= 1,
+            "grad_accumulation",
+            "must be >= 1",
+            self.grad_accumulation,
+        )
+        _check(
+            self.per_rank_batch_size % self.grad_accumulation == 0,
+            "grad_accumulation",
+            f"must divide the per-rank batch size {self.per_rank_batch_size}",
+            self.grad_accumulation,
+        )
+        _check(
+            self.stepper not in ("default", "delayed_policy")
+            or (self.precision == "fp32" and self.grad_accumulation == 1),
+            "stepper",
+            f"{self.stepper!r} runs fp32 without accumulation; use 'mixed_precision' or 'auto' for "
+            f"precision={self.precision!r}, grad_accumulation={self.grad_accumulation}",
+            self.stepper,
+        )
+        _check(
+            self.lr_scheduler in LR_SCHEDULERS,
+            "lr_scheduler",
+            f"must be one of {LR_SCHEDULERS}",
+            self.lr_scheduler,
+        )
+        _check(self.lr_warmup_steps >= 0, "lr_warmup_steps", "must be >= 0", self.lr_warmup_steps)
+        _check(
+            self.lr_decay_steps >= 1 or self.lr_scheduler == "none",
+            "lr_decay_steps",
+            f"must be >= 1 with lr_scheduler={self.lr_scheduler!r}",
+            self.lr_decay_steps,
+        )
+        _check(
+            0 <= self.lr_end_factor <= 1, "lr_end_factor", "must be in [0, 1]", self.lr_end_factor
         )
 
     @property
@@ -126,6 +276,14 @@ class LearnerConfig:
         if self.backend != "auto":
             return self.backend
         return "nccl" if self.uses_gpu else "gloo"
+
+    @property
+    def resolved_stepper(self) -> str:
+        """The stepper actually used (``auto`` resolved)."""
+        if self.stepper != "auto":
+            return self.stepper
+        plain = self.precision == "fp32" and self.grad_accumulation == 1
+        return "default" if plain else "mixed_precision"
 
 
 def _check(ok: bool, field: str, rule: str, value) -> None:

@@ -1,54 +1,78 @@
-"""LearnerGroup: placement, rendezvous, step rounds and publication for ``world_size`` ranks."""
+"""LearnerGroup: placement, rendezvous, rounds, publication and state of ``world_size`` ranks."""
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import logging
 from collections.abc import Sequence
 
 import numpy as np
 import ray
-from ray.util.placement_group import placement_group, remove_placement_group
-from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+from ray.util.placement_group import remove_placement_group
 
 from learner.config import LearnerConfig
-from learner.rank import LearnerRank
-from learner.receipts import PublishedWeights, StepReceipt, verify_receipts
+from learner.core import stepper_factory_for
+from learner.loss import loss_factory_for
+from learner.placement import place_ranks
+from learner.receipts import (
+    ProtocolError,
+    PublishedWeights,
+    StaleGenerationError,
+    StepReceipt,
+    verify_receipts,
+)
+from learner.rendezvous import join_ranks
+from learner.weights import Schema, check_schema, spec_schema
+
+logger = logging.getLogger(__name__)
 
 
 @dataclasses.dataclass(frozen=True)
 class PendingRound:
-    """A learner round in flight: one receipt reference per rank."""
+    """A learner round in flight: one receipt reference per rank, and rank 0's weights."""
 
     round_id: int
     num_steps: int
     expected_version: int
     refs: tuple[ray.ObjectRef, ...]
-
-
-def actor_resources(resources: dict) -> dict:
-    """Maps a bundle such as ``{"CPU": 1, "GPU": 1}`` to Ray actor options."""
-    options = {"num_cpus": resources.get("CPU", 0), "num_gpus": resources.get("GPU", 0)}
-    custom = {k: v for k, v in resources.items() if k not in ("CPU", "GPU")}
-    if custom:
-        options["resources"] = custom
-    return options
+    generation: int = 0
+    weights: ray.ObjectRef | None = None
 
 
 class LearnerGroup:
     """``world_size`` LearnerRank actors in one placement group, joined by torch.distributed.
 
-    Each construction is one *generation*: ranks are named ``<run>.learner-<rank>``, and
-    receipts from any other generation fail the round. Rounds are sequential: the group checks
-    that every rank answers the round it was sent, with version = previous + steps.
+    Each construction is one *generation*: ranks are named ``<run>.learner-<rank>``, and a
+    round, receipt or publication of any other generation is refused
+    (:class:`StaleGenerationError`). Rounds are sequential (one in flight): every rank must
+    answer the round it was sent, alike, with version = previous + steps; anything else fails
+    the generation (:class:`ProtocolError`, and the group refuses further commands). The
+    published tensors are checked against the collectors' policy (``model_spec``) at the first
+    publication.
+
+    Publication: rank 0 extracts the weights (CPU copies) once per publication as a second
+    return value of its round (or :meth:`publish`) call: stored once, owned by the driver (a
+    publication outlives its generation's ranks; small weights travel inline). The group wraps
+    the reference in :class:`PublishedWeights` with its generation and the verified version.
 
     Args:
         run_name: The run's name (actor names).
         config: Learner configuration.
-        model_spec: Q-network architecture (``build() -> nn.Module``).
+        model_spec: Policy network architecture (``build() -> nn.Module``), shared with collectors.
         shards: Replay shard handles.
         seed: Run seed.
+
+    Keyword Args:
         generation: This generation's number.
+        loss_factory: Overrides ``config.loss``: ``factory(policy_network, config)``.
+        stepper_factory: Overrides ``config.stepper``: ``factory(loss_module, config)``.
+        policy_schema: Expected ``{name: (shape, dtype)}`` of the published weights; default the
+            schema of ``model_spec.build()``.
+
+    Raises:
+        ValueError: If the loss or stepper cannot be resolved (before any actor starts).
+        TimeoutError: If the placement group cannot be placed in ``setup_timeout_s``.
 
     Examples:
         >>> config = LearnerConfig(world_size=2)
@@ -56,6 +80,7 @@ class LearnerGroup:
         >>> receipt = group.step(16)  # doctest: +SKIP
         >>> receipt.published.version  # doctest: +SKIP
         16
+        >>> states = group.state_dicts()  # torch.save-able, weights_only  # doctest: +SKIP
     """
 
     def __init__(
@@ -67,70 +92,123 @@ class LearnerGroup:
         seed: int,
         *,
         generation: int = 0,
+        loss_factory=None,
+        stepper_factory=None,
+        policy_schema: Schema | None = None,
     ) -> None:
+        if loss_factory is None:
+            loss_factory_for(config)  # fail on a bad path before any actor starts
+        if stepper_factory is None:
+            stepper_factory_for(config)
         self.config = config
         self.generation = generation
         self.version = 0
         self.round_id = 0
-        bundles = [dict(config.resources_per_rank) for _ in range(config.world_size)]
-        self.placement_group = placement_group(bundles, strategy=config.placement_strategy)
-        ready, _ = ray.wait([self.placement_group.ready()], timeout=config.setup_timeout_s)
-        if not ready:
-            remove_placement_group(self.placement_group)
-            raise TimeoutError(
-                f"learner placement group of {config.world_size} x {config.resources_per_rank} "
-                f"could not be placed in {config.setup_timeout_s:.0f}s; cluster has "
-                f"{ray.cluster_resources()}"
+        self.failed: str | None = None
+        self.inflight: PendingRound | None = None
+        self.expected_schema = policy_schema
+        self.model_spec = model_spec
+        self._schema_checked = False
+        self.placement_group, self.ranks = place_ranks(
+            run_name,
+            config,
+            model_spec,
+            shards,
+            seed,
+            generation,
+            loss_factory=loss_factory,
+            stepper_factory=stepper_factory,
+        )
+        try:
+            self.address, self.port = join_ranks(self.ranks, config)
+        except Exception:
+            self.shutdown()
+            raise
+
+    # -- protocol ----------------------------------------------------------------------------
+    def _ensure_usable(self) -> None:
+        if self.failed is not None:
+            raise ProtocolError(f"generation {self.generation} has failed: {self.failed}")
+
+    def _fail(self, reason: str) -> ProtocolError:
+        self.failed = reason
+        self.inflight = None
+        logger.error("learner generation %d failed: %s", self.generation, reason)
+        return ProtocolError(f"generation {self.generation} failed: {reason}")
+
+    def _issue(
+        self, num_steps: int, refs: Sequence[ray.ObjectRef], weights: ray.ObjectRef | None = None
+    ) -> PendingRound:
+        pending = PendingRound(
+            self.round_id,
+            num_steps,
+            self.version + num_steps,
+            tuple(refs),
+            self.generation,
+            weights,
+        )
+        self.inflight = pending
+        return pending
+
+    def _ensure_idle(self) -> None:
+        self._ensure_usable()
+        if self.inflight is not None:
+            raise ProtocolError(
+                f"round {self.inflight.round_id} is still in flight; finish it first"
             )
-        rank_cls = ray.remote(LearnerRank)
-        self.ranks = [
-            rank_cls.options(
-                name=f"{run_name}.learner-{rank}",
-                namespace="relayrl",
-                scheduling_strategy=PlacementGroupSchedulingStrategy(
-                    self.placement_group, placement_group_bundle_index=rank
-                ),
-                max_restarts=0,
-                **actor_resources(config.resources_per_rank),
-            ).remote(rank, generation, config, model_spec, list(shards), seed)
-            for rank in range(config.world_size)
-        ]
-        self._rendezvous()
 
-    def _rendezvous(self) -> None:
-        timeout = self.config.setup_timeout_s
-        addresses = ray.get([r.node_address.remote() for r in self.ranks], timeout=timeout)
-        # All ranks on one node: keep the traffic on loopback.
-        address = "127.0.0.1" if len(set(addresses)) == 1 else addresses[0]
-        port = ray.get(
-            self.ranks[0].open_store.remote(address, self.config.rendezvous_port), timeout=timeout
-        )
-        ray.get([r.join.remote(address, port) for r in self.ranks], timeout=timeout)
-        self.address, self.port = address, port
-
-    def start_round(self, num_steps: int, *, publish: bool = True) -> PendingRound:
-        """Sends a round of ``num_steps`` optimizer steps to every rank."""
+    def _next_round(self) -> int:
+        self._ensure_idle()
         self.round_id += 1
-        refs = tuple(
-            r.step.remote(self.round_id, num_steps, publish and i == 0)
+        return self.round_id
+
+    def start_round(
+        self, num_steps: int, *, publish: bool = True, beta: float | None = None
+    ) -> PendingRound:
+        """Sends a round of ``num_steps`` optimizer steps to every rank (one round at a time).
+
+        ``beta`` is the importance-weight exponent for prioritized replay (annealed by the
+        driver); None keeps the ranks' current one.
+        """
+        round_id = self._next_round()
+        replies = [
+            r.step.remote(round_id, num_steps, publish and i == 0, self.generation, beta)
             for i, r in enumerate(self.ranks)
-        )
-        return PendingRound(self.round_id, num_steps, self.version + num_steps, refs)
+        ]
+        weights = replies[0][1] if publish else None
+        return self._issue(num_steps, [receipt for receipt, _ in replies], weights)
 
     def finish_round(self, pending: PendingRound) -> StepReceipt:
-        """Waits for a round's receipts, verifies them and returns rank 0's.
+        """Waits for a round's receipts (``command_timeout_s``), verifies and returns rank 0's.
 
         Raises:
-            learner.receipts.ProtocolError: If the ranks disagree or answer the wrong round.
+            StaleGenerationError: If the round belongs to another generation (nothing changes).
+            ProtocolError: If the ranks disagree, answer the wrong round, fail or time out; the
+                generation is failed.
         """
-        receipts = ray.get(list(pending.refs))
-        receipt = verify_receipts(
-            receipts,
-            generation=self.generation,
-            round_id=pending.round_id,
-            expected_version=pending.expected_version,
-        )
+        self.check_generation(pending.generation, "round")
+        self._ensure_usable()
+        if self.inflight is None or pending.round_id != self.inflight.round_id:
+            raise ProtocolError(f"round {pending.round_id} is not the round in flight")
+        try:
+            receipts = ray.get(list(pending.refs), timeout=self.config.command_timeout_s)
+        except (ray.exceptions.RayError, TimeoutError) as err:
+            raise self._fail(f"round {pending.round_id}: {type(err).__name__}: {err}") from err
+        try:
+            receipt = verify_receipts(
+                receipts,
+                generation=self.generation,
+                round_id=pending.round_id,
+                expected_version=pending.expected_version,
+                optim_steps=pending.num_steps,
+            )
+        except ProtocolError as err:
+            raise self._fail(str(err)) from err
+        self.inflight = None
         self.version = receipt.model_version
+        if pending.weights is not None:
+            published = PublishedWeights(self.generation, self.version, pending.weights)
+            receipt = dataclasses.replace(receipt, published=self.verify_publication(published))
         return receipt
 
     def step(self, num_steps: int, *, publish: bool = True) -> StepReceipt:
@@ -139,28 +217,99 @@ class LearnerGroup:
 
     def step_on(self, batches_per_rank: list[list[dict[str, np.ndarray]]]) -> StepReceipt:
         """Runs one round on given batches: ``batches_per_rank[rank][step]``."""
-        self.round_id += 1
-        steps = len(batches_per_rank[0])
+        round_id = self._next_round()
         refs = [
-            r.step_on.remote(self.round_id, b)
+            r.step_on.remote(round_id, b, self.generation)
             for r, b in zip(self.ranks, batches_per_rank, strict=True)
         ]
-        pending = PendingRound(self.round_id, steps, self.version + steps, tuple(refs))
-        return self.finish_round(pending)
+        return self.finish_round(self._issue(len(batches_per_rank[0]), refs))
 
-    def publish(self) -> PublishedWeights:
-        """Rank 0 publishes the current weights."""
-        weights = ray.get(self.ranks[0].publish.remote())
-        if weights.generation != self.generation:
-            raise RuntimeError(
-                f"publication from generation {weights.generation} refused "
-                f"(current generation {self.generation})"
+    def check_generation(self, generation: int, what: str = "publication") -> None:
+        """Refuses anything stamped with another generation than this group's.
+
+        Raises:
+            StaleGenerationError: Naming both generations.
+        """
+        if generation != self.generation:
+            raise StaleGenerationError(
+                f"{what} from generation {generation} refused (current generation "
+                f"{self.generation})"
             )
+
+    def verify_publication(self, weights: PublishedWeights) -> PublishedWeights:
+        """Checks a publication's generation and, the first time, its tensor schema.
+
+        Raises:
+            StaleGenerationError: If ``weights`` come from another generation.
+            learner.weights.WeightSchemaError: If the tensors differ from the collectors' policy.
+        """
+        self.check_generation(weights.generation)
+        if not self._schema_checked:
+            expected = self.expected_schema or spec_schema(self.model_spec)
+            actual = ray.get(self.ranks[0].weights_schema.remote())
+            check_schema(actual, expected)
+            self._schema_checked = True
         return weights
 
+    def publish(self) -> PublishedWeights:
+        """Rank 0 publishes the current weights (checked by :meth:`verify_publication`)."""
+        self._ensure_idle()
+        version, weights = self.ranks[0].publish.remote(self.generation)
+        version = ray.get(version, timeout=self.config.command_timeout_s)
+        if version != self.version:
+            raise self._fail(f"rank 0 publishes version {version}, the group is at {self.version}")
+        return self.verify_publication(PublishedWeights(self.generation, version, weights))
+
     def parameters(self, rank: int = 0) -> dict:
-        """Copies of one rank's online parameters."""
+        """Copies of one rank's policy parameters."""
         return ray.get(self.ranks[rank].parameters.remote())
+
+    def describe(self) -> list[dict]:
+        """Each rank's device, backend, world size, generation and version."""
+        return ray.get([r.describe.remote() for r in self.ranks])
+
+    # -- state -------------------------------------------------------------------------------
+    def state_dicts(self) -> list[dict]:
+        """Every rank's state, in rank order (no round may be in flight).
+
+        Each is tensors and plain values (model, optimizer, stepper, scheduler, target network,
+        RNG, version, ``meta``): ``torch.save`` it and read it back with
+        ``torch.load(weights_only=True)``.
+        """
+        self._ensure_idle()
+        return ray.get(
+            [r.state_dict.remote() for r in self.ranks], timeout=self.config.command_timeout_s
+        )
+
+    def load_state_dicts(self, states: Sequence[dict]) -> int:
+        """Restores :meth:`state_dicts` (same world size) and returns the restored version.
+
+        Raises:
+            ValueError: If the states come from another world size (resharding is not
+                implemented) or disagree on the version.
+        """
+        self._ensure_idle()
+        saved = {s.get("meta", {}).get("world_size") for s in states}
+        if len(states) != self.config.world_size or saved != {self.config.world_size}:
+            raise ValueError(
+                f"learner state of {len(states)} rank(s) (world_size {sorted(saved, key=str)}) "
+                f"cannot be restored into world_size {self.config.world_size}: resharding "
+                "learner state is not implemented; restore with the saved world_size"
+            )
+        versions = ray.get(
+            [r.load_state_dict.remote(s) for r, s in zip(self.ranks, states, strict=True)],
+            timeout=self.config.command_timeout_s,
+        )
+        if len(set(versions)) != 1:
+            raise ValueError(f"learner states disagree on the model version: {versions}")
+        self.version = versions[0]
+        return self.version
+
+    def flush_replay(self) -> None:
+        """Waits until every rank's priority updates are applied (before a replay dump)."""
+        ray.get(
+            [r.flush_replay.remote() for r in self.ranks], timeout=self.config.command_timeout_s
+        )
 
     def shutdown(self) -> None:
         """Leaves the process group, kills the ranks and frees the placement group."""

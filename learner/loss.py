@@ -1,17 +1,30 @@
 """Losses: modules mapping a TensorDict batch to a TensorDict of ``loss_*`` terms.
 
 This follows TorchRL's ``LossModule`` convention: the optimizer minimizes the sum of the
-``loss_*`` entries, and any other entry is a detached diagnostic.
+``loss_*`` entries, and any other entry is a detached diagnostic (a per-item entry such as
+``td_error`` can feed prioritized replay).
+
+A loss is chosen by ``LearnerConfig.loss``: ``"dqn"`` or a ``"module:factory"`` path; a factory
+is called as ``factory(policy_network, config)``. The policy network (built from the model spec,
+the one published to collectors) is passed in; a loss may build further networks itself
+(critics, target copies). Losses with several terms optimized separately expose them as named
+methods (``loss_actor(batch)``, ``loss_critic(batch)``); :class:`LossDispatch` lets a stepper
+call them through DDP (``train_module(batch, method="loss_actor")``).
 """
 
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
 from tensordict import TensorDict
 from torch import nn
+
+from learner.plugins import resolve_factory
+
+LossFactory = Callable[[nn.Module, object], nn.Module]
 
 
 class DQNLoss(nn.Module):
@@ -21,8 +34,12 @@ class DQNLoss(nn.Module):
 
         q = Q(observation)[action]
         next_action = argmax_a Q(next_observation)          # double DQN; Q_target if not double
-        target = reward + gamma * (1 - terminated) * Q_target(next_observation)[next_action]
-        loss_q = huber(q, target)
+        target = reward + discount * (1 - terminated) * Q_target(next_observation)[next_action]
+        loss_q = mean(weight * huber(q, target))
+
+    ``discount`` is the batch's ``n_step_discount`` (gamma^k of n-step transitions) when present,
+    else ``gamma``; ``weight`` is the batch's importance weight (prioritized replay) when
+    present, else 1.
 
     Truncated transitions bootstrap (only ``terminated`` stops the return).
 
@@ -53,8 +70,17 @@ class DQNLoss(nn.Module):
                 next_action = next_target.argmax(dim=-1, keepdim=True)
             next_q = next_target.gather(-1, next_action).squeeze(-1)
             not_done = 1.0 - batch["terminated"].to(q_values.dtype)
-            target = batch["reward"].to(q_values.dtype) + self.gamma * not_done * next_q
-        loss = F.smooth_l1_loss(q_values, target)
+            # n-step transitions carry their own discount gamma^k (collector/nstep.py).
+            discount = batch.get("n_step_discount", None)
+            discount = self.gamma if discount is None else discount.to(q_values.dtype)
+            target = batch["reward"].to(q_values.dtype) + discount * not_done * next_q
+        # Prioritized replay sends importance weights; uniform batches weigh items equally.
+        weight = batch.get("weight", None)
+        if weight is None:
+            loss = F.smooth_l1_loss(q_values, target)
+        else:
+            per_item = F.smooth_l1_loss(q_values, target, reduction="none")
+            loss = (weight.to(q_values.dtype) * per_item).mean()
         return TensorDict(
             {
                 "loss_q": loss,
@@ -74,3 +100,42 @@ class DQNLoss(nn.Module):
                 target.copy_(online)
             else:
                 target.lerp_(online, tau)
+
+
+def dqn_loss(policy_network: nn.Module, config) -> DQNLoss:
+    """The built-in ``loss: dqn`` factory."""
+    return DQNLoss(policy_network, gamma=config.gamma, double_dqn=config.double_dqn)
+
+
+def loss_factory_for(config) -> LossFactory:
+    """The factory named by ``config.loss`` (imported for ``module:factory`` paths).
+
+    Raises:
+        ValueError: If a factory path cannot be resolved.
+    """
+    if config.loss == "dqn":
+        return dqn_loss
+    return resolve_factory(config.loss, "loss")
+
+
+class LossDispatch(nn.Module):
+    """Routes ``forward(batch, method=...)`` to a named loss method, so DDP sees every call.
+
+    DDP only synchronizes gradients of computations that go through its ``forward``; a stepper
+    that optimizes ``loss_actor`` and ``loss_critic`` separately calls
+    ``train_module(batch, method="loss_actor")``. The output is returned as a plain ``dict``:
+    DDP looks for the output tensors in dicts (not in TensorDicts) to find the parameters a call
+    did not use (``find_unused_parameters``).
+
+    Args:
+        loss_module: The loss; ``method=None`` calls its ``forward``.
+    """
+
+    def __init__(self, loss_module: nn.Module) -> None:
+        super().__init__()
+        self.loss_module = loss_module
+
+    def forward(self, batch: TensorDict, method: str | None = None) -> dict[str, torch.Tensor]:
+        """Calls ``loss_module(batch)`` or ``loss_module.<method>(batch)``."""
+        call = self.loss_module if method is None else getattr(self.loss_module, method)
+        return dict(call(batch).items())

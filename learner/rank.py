@@ -16,7 +16,10 @@ from torch.nn.parallel import DistributedDataParallel
 
 from learner.config import LearnerConfig
 from learner.core import LearnerCore
-from learner.receipts import PublishedWeights, StepReceipt
+from learner.receipts import StaleGenerationError, StepReceipt
+from learner.rendezvous import open_store
+from learner.sampling import RankSampler
+from learner.weights import Schema, tensor_schema
 from replay.client import ReplayClient
 
 logger = logging.getLogger(__name__)
@@ -26,15 +29,22 @@ class LearnerRank:
     """One rank of the DDP learner group.
 
     Lifecycle: :meth:`node_address`, then rank 0's :meth:`open_store`, then :meth:`join` on every
-    rank at once (the collective rendezvous), then :meth:`step` rounds.
+    rank at once (the collective rendezvous), then :meth:`step` rounds. Every command carrying a
+    generation is refused unless it is this rank's.
+
+    With one rank the loss is not wrapped in DDP (the step is the same without the all-reduce).
 
     Args:
         rank: This rank's index.
         generation: The group generation this rank belongs to.
         config: Learner configuration.
-        model_spec: Q-network architecture.
+        model_spec: Policy network architecture.
         shards: Replay shard handles this rank samples from.
         seed: Run seed (torch and sampling seeds derive from it and the rank).
+
+    Keyword Args:
+        loss_factory: Overrides ``config.loss`` (``factory(policy_network, config)``).
+        stepper_factory: Overrides ``config.stepper`` (``factory(loss_module, config)``).
     """
 
     def __init__(
@@ -45,77 +55,99 @@ class LearnerRank:
         model_spec,
         shards: Sequence[ray.actor.ActorHandle],
         seed: int,
+        *,
+        loss_factory=None,
+        stepper_factory=None,
     ) -> None:
         torch.set_num_threads(1)
         self.rank = rank
         self.generation = generation
         self.config = config
         self.model_spec = model_spec
+        self.factories = {"loss_factory": loss_factory, "stepper_factory": stepper_factory}
         self.replay = ReplayClient(shards, seed=seed * 1000 + rank)
+        self.sampler: RankSampler | None = None
         self.seed = seed
         self.store: dist.TCPStore | None = None
         self.core: LearnerCore | None = None
+        self.device = "cpu"
+        self._warned_priorities = False
 
+    # -- setup -------------------------------------------------------------------------------
     def node_address(self) -> str:
         """This rank's node IP address."""
         return ray.util.get_node_ip_address()
 
     def open_store(self, address: str, port: int) -> int:
-        """Rank 0: starts the rendezvous store and returns its port.
-
-        A ``port`` of 0 lets the OS choose; a taken port falls back to an OS-chosen one.
-        """
-        timeout = datetime.timedelta(seconds=self.config.setup_timeout_s)
-        try:
-            self.store = dist.TCPStore(
-                address,
-                port,
-                self.config.world_size,
-                is_master=True,
-                timeout=timeout,
-                wait_for_workers=False,
-            )
-        except (RuntimeError, dist.DistNetworkError) as err:
-            if port == 0:
-                raise
-            logger.warning(
-                "rendezvous port %d unavailable (%s); using an OS-chosen port", port, err
-            )
-            self.store = dist.TCPStore(
-                address,
-                0,
-                self.config.world_size,
-                is_master=True,
-                timeout=timeout,
-                wait_for_workers=False,
-            )
+        """Rank 0: starts the rendezvous store and returns its port (see ``open_store``)."""
+        self.store = open_store(
+            address,
+            port,
+            self.config.world_size,
+            timeout_s=self.config.setup_timeout_s,
+            attempts=self.config.rendezvous_attempts,
+        )
         return self.store.port
 
     def join(self, address: str, port: int) -> int:
         """Joins the process group and builds the DDP-wrapped learner core; returns the rank."""
-        timeout = datetime.timedelta(seconds=self.config.setup_timeout_s)
+        config = self.config
         if address.startswith("127."):
             os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
         if self.store is None:
             self.store = dist.TCPStore(
-                address, port, self.config.world_size, is_master=False, timeout=timeout
+                address,
+                port,
+                config.world_size,
+                is_master=False,
+                timeout=datetime.timedelta(seconds=config.setup_timeout_s),
             )
+        if config.uses_gpu:
+            torch.cuda.set_device(0)  # Ray's CUDA_VISIBLE_DEVICES maps this rank's GPU to 0
+            self.device = "cuda:0"
         dist.init_process_group(
-            self.config.resolved_backend,
+            config.resolved_backend,
             store=self.store,
             rank=self.rank,
-            world_size=self.config.world_size,
-            timeout=timeout,
+            world_size=config.world_size,
+            timeout=datetime.timedelta(seconds=config.command_timeout_s),
         )
-        device = "cuda:0" if self.config.uses_gpu else "cpu"
         torch.manual_seed(self.seed)  # same initial parameters on every rank
-        self.core = LearnerCore(self.model_spec, self.config, device)
-        device_ids = [0] if self.config.uses_gpu else None
-        self.core.train_module = DistributedDataParallel(
-            self.core.loss_module, device_ids=device_ids
-        )
+        self.core = LearnerCore(self.model_spec, config, self.device, **self.factories)
+        if config.world_size > 1:
+            find_unused = config.find_unused_parameters or config.resolved_stepper == (
+                "delayed_policy"
+            )
+            self.core.train_module = DistributedDataParallel(
+                self.core.train_module,
+                device_ids=[0] if config.uses_gpu else None,
+                find_unused_parameters=find_unused,
+            )
         torch.manual_seed(self.seed * 1000 + self.rank)
+        self.sampler = RankSampler(
+            self.replay, config.per_rank_batch_size, self.core.to_batch, prefetch=config.prefetch
+        )
         return self.rank
+
+    def describe(self) -> dict:
+        """Rank, generation, device, backend, world size and version (for checks and logs)."""
+        return {
+            "rank": self.rank,
+            "generation": self.generation,
+            "world_size": self.config.world_size,
+            "backend": dist.get_backend() if dist.is_initialized() else None,
+            "device": str(self.core.device) if self.core else self.device,
+            "ddp": isinstance(self.core.train_module, DistributedDataParallel),
+            "version": self.core.version if self.core else None,
+        }
+
+    # -- rounds ------------------------------------------------------------------------------
+    def _check_generation(self, generation: int | None) -> None:
+        if generation is not None and generation != self.generation:
+            raise StaleGenerationError(
+                f"rank {self.rank} of generation {self.generation} refuses a command for "
+                f"generation {generation}"
+            )
 
     def _allreduce_mean(self, metrics: dict[str, torch.Tensor]) -> dict[str, float]:
         if not metrics:
@@ -127,13 +159,17 @@ class LearnerRank:
             stacked /= self.config.world_size
         return dict(zip(keys, stacked.cpu().tolist(), strict=True))
 
-    def _round(self, round_id: int, batches, sample_s: float, publish: bool) -> StepReceipt:
+    def _round(
+        self, round_id: int, batches, sample_s: float, publish: bool
+    ) -> tuple[StepReceipt, dict[str, torch.Tensor] | None]:
         start = time.perf_counter()
         metrics = self.core.train(batches)
         reduced = self._allreduce_mean(metrics)
-        train_s = time.perf_counter() - start
-        published = self.publish() if publish and self.rank == 0 else None
-        return StepReceipt(
+        if self.config.update_priorities:
+            self._push_priorities()
+        trained = time.perf_counter()
+        weights = self.core.weights() if publish and self.rank == 0 else None
+        receipt = StepReceipt(
             generation=self.generation,
             round_id=round_id,
             rank=self.rank,
@@ -142,36 +178,123 @@ class LearnerRank:
             metrics=reduced,
             samples=sum(len(b) for b in batches),
             sample_s=sample_s,
-            train_s=train_s,
-            published=published,
+            train_s=trained - start,
+            publish_s=time.perf_counter() - trained,
+            finished_at=time.time(),
         )
+        return receipt, weights
 
-    def step(self, round_id: int, num_steps: int, publish: bool = True) -> StepReceipt:
+    def _push_priorities(self) -> None:
+        """Hands the round's items' ``|priority_key|`` to the replay client (fire and forget).
+
+        ``ReplayClient.update_priorities(keys, priority)`` routes each update to its shard,
+        keyed by ``(shard, index, insertion_id)``, so an overwritten item's update is dropped.
+        """
+        taken = self.core.take_priorities()
+        update = getattr(self.replay, "update_priorities", None)
+        if taken is None:
+            return
+        if update is None:
+            if not self._warned_priorities:
+                logger.warning("update_priorities is set but the replay client cannot update")
+                self._warned_priorities = True
+            return
+        update(*taken)
+
+    def flush_replay(self) -> None:
+        """Waits until this rank's priority updates are applied by the shards."""
+        flush = getattr(self.replay, "flush_updates", None)
+        if flush is not None:
+            flush(wait=True)
+
+    @ray.method(num_returns=2)
+    def step(
+        self,
+        round_id: int,
+        num_steps: int,
+        publish: bool = True,
+        generation: int | None = None,
+        beta: float | None = None,
+    ) -> tuple[StepReceipt, dict[str, torch.Tensor] | None]:
         """Runs ``num_steps`` optimizer steps, each on a fresh per-rank sample.
 
-        The round's samples are fetched in one request per shard and split into batches.
+        The round's samples come in one request per shard (prefetched during the previous
+        round when ``config.prefetch``) and are split into batches.
+
+        Returns:
+            Two object refs (``num_returns=2``): the receipt, and the policy weights after the
+            round (CPU copies) when ``publish`` on rank 0, else None. The weights are this
+            task's return value: stored once, owned by the caller.
         """
+        self._check_generation(generation)
+        if beta is not None:  # importance-weight exponent annealed by the driver
+            self.replay.beta = beta
         start = time.perf_counter()
-        per_rank = self.config.per_rank_batch_size
-        arrays = self.replay.sample(per_rank * num_steps)
-        batch = self.core.to_batch(arrays)
-        batches = [batch[i * per_rank : (i + 1) * per_rank] for i in range(num_steps)]
-        return self._round(round_id, batches, time.perf_counter() - start, publish)
+        batches = self.sampler.take(num_steps)
+        reply = self._round(round_id, batches, time.perf_counter() - start, publish)
+        self.sampler.prepare_next()
+        return reply
 
-    def step_on(self, round_id: int, batches: list[dict[str, np.ndarray]]) -> StepReceipt:
+    def step_on(
+        self, round_id: int, batches: list[dict[str, np.ndarray]], generation: int | None = None
+    ) -> StepReceipt:
         """Runs one optimizer step per given batch (for equivalence checks and replays)."""
+        self._check_generation(generation)
         tensors = [self.core.to_batch(b) for b in batches]
-        return self._round(round_id, tensors, 0.0, publish=False)
+        receipt, _ = self._round(round_id, tensors, 0.0, publish=False)
+        return receipt
 
-    def publish(self) -> PublishedWeights:
-        """Puts the current policy weights in the object store once and returns the reference."""
-        return PublishedWeights(self.generation, self.core.version, ray.put(self.core.weights()))
+    # -- weights and state -------------------------------------------------------------------
+    @ray.method(num_returns=2)
+    def publish(self, generation: int | None = None) -> tuple[int, dict[str, torch.Tensor]]:
+        """Returns two refs: the model version and the policy weights (CPU copies)."""
+        self._check_generation(generation)
+        return self.core.version, self.core.weights()
+
+    def weights_schema(self) -> Schema:
+        """Names, shapes and dtypes of the published weights."""
+        return tensor_schema(self.core.policy_network.state_dict())
 
     def parameters(self) -> dict[str, torch.Tensor]:
-        """Copies of the online network's parameters (for checks)."""
+        """Copies of the policy network's parameters (for checks)."""
         return self.core.weights()
 
+    def state_dict(self) -> dict:
+        """The core's state plus this rank's identity and replay RNG (``weights_only`` safe)."""
+        self.sampler.drain()
+        state = self.core.state_dict()
+        state["rng"]["replay"] = self.replay.rng.bit_generator.state
+        state["meta"] = {
+            "rank": self.rank,
+            "world_size": self.config.world_size,
+            "generation": self.generation,
+            "loss": self.config.loss,
+            "stepper": self.config.resolved_stepper,
+        }
+        return state
+
+    def load_state_dict(self, state: dict) -> int:
+        """Restores :meth:`state_dict` of the same rank; returns the restored version.
+
+        Raises:
+            ValueError: If the state belongs to another rank or world size.
+        """
+        meta = state.get("meta", {})
+        if meta.get("world_size") != self.config.world_size or meta.get("rank") != self.rank:
+            raise ValueError(
+                f"learner state of rank {meta.get('rank')} of world_size "
+                f"{meta.get('world_size')} cannot be restored into rank {self.rank} of "
+                f"world_size {self.config.world_size}"
+            )
+        self.sampler.reset()
+        self.core.load_state_dict(state)
+        if "replay" in state["rng"]:
+            self.replay.rng.bit_generator.state = state["rng"]["replay"]
+        return self.core.version
+
     def shutdown(self) -> None:
-        """Leaves the process group."""
+        """Stops background sampling and leaves the process group."""
+        if self.sampler is not None:
+            self.sampler.close()
         if dist.is_initialized():
             dist.destroy_process_group()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import ray
 
@@ -41,7 +42,10 @@ class StepReceipt:
         samples: Transitions this rank drew from replay in this round.
         sample_s: Seconds spent waiting for samples.
         train_s: Seconds spent in forward, backward and optimizer steps.
-        published: Weights after the round (rank 0 only, when asked to publish).
+        published: Weights after the round, when asked to publish (set by the group from rank
+            0's reply; ranks answer without it).
+        publish_s: Seconds spent extracting and putting the weights.
+        finished_at: Wall-clock time (``time.time()``) when the rank finished the round.
     """
 
     generation: int
@@ -54,42 +58,92 @@ class StepReceipt:
     sample_s: float
     train_s: float
     published: PublishedWeights | None = None
+    publish_s: float = 0.0
+    finished_at: float = 0.0
 
 
 class ProtocolError(RuntimeError):
     """Receipts that break the step protocol: the generation is failed."""
 
 
+class StaleGenerationError(ProtocolError):
+    """A round or publication from another generation than the group's current one."""
+
+
 def verify_receipts(
-    receipts: list[StepReceipt], *, generation: int, round_id: int, expected_version: int
+    receipts: list[StepReceipt],
+    *,
+    generation: int,
+    round_id: int,
+    expected_version: int,
+    optim_steps: int | None = None,
 ) -> StepReceipt:
-    """Checks that all ranks answered the same round with the expected version.
+    """Checks that all ranks answered the same round alike, with the expected version.
+
+    Ranks must answer in rank order, for the generation and round asked, with
+    ``optim_steps`` steps, version ``expected_version``, the same number of samples and the same
+    (all-reduced) metrics; only rank 0 may carry a publication.
 
     Args:
         receipts: One receipt per rank, in rank order.
         generation: The generation the round was issued to.
         round_id: The round's id.
         expected_version: Previous model version plus the steps asked for.
+        optim_steps: Steps asked for (not checked when None).
 
     Returns:
         Rank 0's receipt.
 
     Raises:
-        ProtocolError: On any disagreement, naming what differed.
+        ProtocolError: On any disagreement, naming the rank and what differed.
     """
-    for receipt in receipts:
-        if receipt.generation != generation:
-            raise ProtocolError(
-                f"rank {receipt.rank} answered generation {receipt.generation}, "
-                f"expected {generation}"
-            )
-        if receipt.round_id != round_id:
-            raise ProtocolError(
-                f"rank {receipt.rank} answered round {receipt.round_id}, expected {round_id}"
-            )
-        if receipt.model_version != expected_version:
-            raise ProtocolError(
-                f"rank {receipt.rank} reports model version {receipt.model_version}, "
-                f"expected {expected_version}"
-            )
-    return receipts[0]
+    if not receipts:
+        raise ProtocolError(f"round {round_id}: no receipts")
+    first = receipts[0]
+    for index, receipt in enumerate(receipts):
+        who = f"rank {receipt.rank}"
+        checks = [
+            (receipt.rank == index, f"answered in position {index}"),
+            (
+                receipt.generation == generation,
+                f"answered generation {receipt.generation}, expected {generation}",
+            ),
+            (
+                receipt.round_id == round_id,
+                f"answered round {receipt.round_id}, expected {round_id}",
+            ),
+            (
+                optim_steps is None or receipt.optim_steps == optim_steps,
+                f"did {receipt.optim_steps} optimizer steps, expected {optim_steps}",
+            ),
+            (
+                receipt.model_version == expected_version,
+                f"reports model version {receipt.model_version}, expected {expected_version}",
+            ),
+            (
+                receipt.samples == first.samples,
+                f"drew {receipt.samples} samples, rank {first.rank} drew {first.samples}",
+            ),
+            (
+                receipt.published is None or index == 0,
+                "published weights (only rank 0 publishes)",
+            ),
+            (
+                _same_metrics(receipt.metrics, first.metrics),
+                f"reports metrics {receipt.metrics}, rank {first.rank} {first.metrics}",
+            ),
+        ]
+        for ok, problem in checks:
+            if not ok:
+                raise ProtocolError(f"round {round_id} of generation {generation}: {who} {problem}")
+    return first
+
+
+def _same_metrics(a: dict[str, float], b: dict[str, float]) -> bool:
+    if a.keys() != b.keys():
+        return False
+    return all(
+        (math.isnan(a[k]) and math.isnan(b[k]))
+        or math.isclose(a[k], b[k], rel_tol=1e-6, abs_tol=1e-9)
+        for k in a
+    )

@@ -2,34 +2,88 @@
 
 Layout:
     * ``storage``: :class:`CircularStorage`, a preallocated TensorDict ring buffer whose schema
-      (keys, shapes, dtypes) is fixed by the first write; mismatching writes are refused whole.
-    * ``samplers``: index samplers (uniform with replacement).
+      (keys, shapes, dtypes) is fixed by the first write, in RAM or memory-mapped ``.npy`` files
+      (``storage: mmap``); mismatching writes are refused whole, naming the key.
+    * ``sumtree``: :class:`SumMinTree`, the numpy sum-tree + min-tree of prioritized sampling.
+    * ``samplers``: ``uniform`` (with replacement), ``prioritized`` (proportional, ``alpha``) and
+      ``fifo`` (each item exactly once per pass, for on-policy learners).
     * ``table``: :class:`ReplayTable`, the pure core of a shard: storage + sampler + write dedup
-      by ``(writer_id, seq)`` + counters.
+      by ``(writer_id, seq)`` + insertion ids + priority updates + counters.
+    * ``checkpoint`` / ``npyio``: a table's dump and load (raw ``.npy`` + JSON, CRC-checked,
+      no pickle).
     * ``shard``: the ``ReplayShard`` Ray actor, named ``<run>.replay-<i>`` in namespace ``relayrl``.
-    * ``client``: :class:`ReplayClient`, which routes writes by writer and samples across shards
-      in proportion to their sizes, fetching from all shards concurrently.
+    * ``sharding`` / ``client``: :class:`ReplayClient`, which routes writes by writer, splits each
+      sample across shards, fetches the parts concurrently, prefetches, and routes priority updates.
 
-Wire format: batches travel as ``dict[str, numpy.ndarray]`` (cheap for Ray to serialize);
-tables store torch tensors. Sampling an empty table raises :class:`EmptyReplayError`; sampling
-more items than stored is allowed (uniform sampling is with replacement).
+Using it from a learner (prioritized, annealed beta, priority updates, prefetch)::
+
+    client = ReplayClient(shards, seed=seed)
+    beta = config.replay.beta(collected_frames)             # linear anneal, driver-side frames
+    for step in range(num_steps):
+        batch = client.sample(256, beta=beta, prefetch=4)   # 4 more batches stay ahead
+        loss = (batch["weight"] * td_error**2).mean()       # service-wide importance weights
+        client.update_priorities(batch, np.abs(td_error) + 1e-6, defer=True)
+    client.flush_updates(wait=True)                         # all applied before the round ends
+
+Prefetch: ``sample(n, prefetch=k)`` keeps ``k`` batches ahead of the one it returns and fetches
+them ``k`` at a time (one call per shard per ``k`` batches: Ray calls cost about 1 ms of CPU,
+so fewer and larger calls are what makes the rates of ``python -m replay.bench``); prefetched
+batches were drawn from the shards' state when fetched, like Ape-X's. Priority updates:
+``update_priorities`` sends at once (``defer=False``) unless the previous update call to that
+shard is still in flight, in which case the updates wait and go together; ``defer=True`` holds
+them until the next sample request carries them (no extra call); :meth:`ReplayClient.flush_updates`
+sends what is held (``wait=True``: until applied). A batch carries ``"shard"``, ``"index"``
+(slot) and ``"insertion_id"`` (the shard's write count when the item was stored); a priority
+update for a slot that has since been overwritten is dropped. Prioritized batches also carry
+``"probability"`` (with which each item was drawn, over the whole service) and ``"weight"``
+(``(P(i) / min_j P(j)) ** -beta``, the minimum over every sampleable item of every shard,
+computed by the client from each shard's reply); FIFO batches carry ``"fifo_pass"``.
+
+Checkpoints: ``client.dump(dir)`` makes every shard write ``dir/replay-<i>/`` in parallel
+(``ReplayShard.dump(path)`` / ``ReplayTable.dump(path)`` each return their files and sizes);
+``client.load(dir)`` (``ReplayShard.load(path)``, ``ReplayTable.load(path)``) restores contents,
+priorities, counters, dedup state and sampler RNG bit for bit, and refuses a missing, truncated or
+corrupt file with :class:`CheckpointError` naming it.
+
+Wire format: batches travel as ``dict[str, numpy.ndarray]`` (cheap for Ray to serialize).
+Sampling when every shard is empty raises :class:`EmptyReplayError` at once (callers wait for
+``stats()`` sizes, e.g. the controller's ``init_random_frames``). Sampling more items than
+stored is allowed: uniform and prioritized sampling are with replacement; FIFO continues into
+the next pass.
 """
 
 from replay.client import ReplayClient
+from replay.config import ReplayConfig
+from replay.npyio import CheckpointError
 from replay.receipts import WriteReceipt
-from replay.samplers import EmptyReplayError, UniformSampler
-from replay.shard import ReplayShard, remote_shard
+from replay.samplers import (
+    EmptyReplayError,
+    FifoSampler,
+    PrioritizedSampler,
+    UniformSampler,
+    importance_weights,
+)
+from replay.shard import ReplayShard, remote_shard, remote_shards
 from replay.storage import CircularStorage, SchemaError
-from replay.table import ReplayTable
+from replay.sumtree import SumMinTree
+from replay.table import SAMPLERS, ReplayTable
 
 __all__ = [
+    "SAMPLERS",
+    "CheckpointError",
     "CircularStorage",
     "EmptyReplayError",
+    "FifoSampler",
+    "PrioritizedSampler",
     "ReplayClient",
+    "ReplayConfig",
     "ReplayShard",
     "ReplayTable",
     "SchemaError",
+    "SumMinTree",
     "UniformSampler",
     "WriteReceipt",
+    "importance_weights",
     "remote_shard",
+    "remote_shards",
 ]

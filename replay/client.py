@@ -1,15 +1,18 @@
-"""The replay client: routes writes to shards and samples batches across them."""
+"""The replay client: routes writes to shards, samples across them, prefetches, routes updates."""
 
 from __future__ import annotations
 
+import collections
 import zlib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from pathlib import Path
 
 import numpy as np
 import ray
 
 from replay.receipts import WriteReceipt
-from replay.samplers import EmptyReplayError
+from replay.samplers import EmptyReplayError, importance_weights
+from replay.sharding import PendingSample, fifo_split, shares_of, split_group
 from replay.storage import Batch
 
 
@@ -17,23 +20,45 @@ class ReplayClient:
     """Client of a sharded replay service, usable from the driver, collectors and learners.
 
     Writes go to one shard chosen by the writer (``shard=`` or a hash of ``writer_id``), so each
-    writer's sequence numbers are checked by one shard. Samples are split across shards in
-    proportion to their sizes (multinomial over the sizes last reported), fetched concurrently,
-    and concatenated; the sizes are refreshed by every sample reply.
+    writer's sequence numbers are checked by one shard.
+
+    A sample asks every shard at once for its part of the batch: a multinomial split in proportion
+    to the shards' sizes (uniform) or priority masses (prioritized) as of their last replies, or,
+    for FIFO, the items left in each shard's pass, so that the shards' passes end together (a
+    new pass is split by the sizes the shards report when it starts; what they store later
+    joins the pass after). Every reply refreshes that shard's figures.
+    Prioritized batches carry ``"weight"``: importance weights of the probability with which each
+    item was actually drawn (shard share times in-shard probability), normalized by the smallest
+    such probability over the whole service.
+
+    Keyword Args:
+        seed: Seed of the split generator.
+        beta: Default importance-weight exponent when :meth:`sample` is given none.
 
     Examples:
         >>> client = ReplayClient(shards)  # doctest: +SKIP
         >>> receipt = client.write(batch, writer_id="collector-0", seq=0)  # doctest: +SKIP
-        >>> batch = client.sample(256)  # doctest: +SKIP
+        >>> batch = client.sample(256, beta=0.5, prefetch=2)  # doctest: +SKIP
+        >>> client.update_priorities(batch, td_errors)  # doctest: +SKIP
     """
 
-    def __init__(self, shards: Sequence[ray.actor.ActorHandle], *, seed: int | None = None) -> None:
+    def __init__(
+        self, shards: Sequence[ray.actor.ActorHandle], *, seed: int | None = None, beta: float = 1.0
+    ) -> None:
         if not shards:
             raise ValueError("a replay client needs at least one shard")
         self.shards = list(shards)
         self.rng = np.random.default_rng(seed)
-        self.sizes = np.zeros(len(self.shards), dtype=np.int64)
+        self.beta = beta
+        self.infos: list[dict] = [{"size": 0} for _ in self.shards]
+        self.queue_size: int | None = None
+        self.ready: collections.deque[tuple[dict, float]] = collections.deque()
+        self.inflight: collections.deque[PendingSample] = collections.deque()
+        self.deferred: list[list[tuple[np.ndarray, ...]]] = [[] for _ in self.shards]
+        self.update_refs: list[list[ray.ObjectRef]] = [[] for _ in self.shards]
+        self.fifo_inflight = np.zeros(len(self.shards), dtype=np.int64)
 
+    # -- writes ------------------------------------------------------------------------------
     def shard_for(self, writer_id: str) -> int:
         """The shard a writer's batches go to when no shard is named."""
         return zlib.crc32(writer_id.encode()) % len(self.shards)
@@ -51,47 +76,241 @@ class ReplayClient:
         """Writes a batch and waits for its receipt."""
         return ray.get(self.write_async(batch, writer_id, seq, shard=shard))
 
+    # -- sampling ----------------------------------------------------------------------------
+    @property
+    def sizes(self) -> np.ndarray:
+        """Each shard's size as of its last reply."""
+        return np.array([info["size"] for info in self.infos], dtype=np.int64)
+
+    def refresh(self) -> list[dict]:
+        """Asks every shard for its size and masses now."""
+        self.infos = ray.get([s.info.remote() for s in self.shards])
+        return self.infos
+
     def refresh_sizes(self) -> np.ndarray:
         """Asks every shard for its size."""
-        stats = ray.get([s.stats.remote() for s in self.shards])
-        self.sizes = np.array([s["size"] for s in stats], dtype=np.int64)
+        self.refresh()
         return self.sizes
 
-    def split(self, batch_size: int) -> np.ndarray:
-        """How many items of a batch each shard contributes (proportional to size)."""
+    def split(self, batch_size: int) -> tuple[np.ndarray, np.ndarray]:
+        """``(counts, shares)``: items asked of each shard and each draw's shard probabilities.
+
+        Raises:
+            EmptyReplayError: If every shard is empty (after asking them).
+        """
         if self.sizes.sum() == 0:
-            self.refresh_sizes()
-        total = self.sizes.sum()
-        if total == 0:
-            raise EmptyReplayError("cannot sample: every replay shard is empty")
-        return self.rng.multinomial(batch_size, self.sizes / total)
+            self.refresh()
+            if self.sizes.sum() == 0:
+                raise EmptyReplayError("cannot sample: every replay shard is empty")
+        if self.infos[0].get("sampler") == "fifo":
+            remaining = sum(info.get("remaining", 0) for info in self.infos)
+            if remaining < batch_size and not self.fifo_inflight.any():
+                self.refresh()  # a new pass starts: split it by the shards' sizes now
+            counts = fifo_split(batch_size, self.infos, self.fifo_inflight)
+            self.fifo_inflight += counts
+            return counts, counts / max(batch_size, 1)
+        shares = shares_of(self.infos)
+        return self.rng.multinomial(batch_size, shares), shares
 
-    def sample_async(self, batch_size: int) -> list[tuple[int, ray.ObjectRef]]:
-        """Sends the per-shard sample requests; pass the result to :meth:`collect`."""
-        counts = self.split(batch_size)
-        return [(i, self.shards[i].sample.remote(int(n))) for i, n in enumerate(counts) if n > 0]
+    def sample_async(self, batch_size: int, *, num_batches: int = 1) -> PendingSample:
+        """Sends one request to every shard (with any deferred priority updates).
 
-    def collect(self, pending: list[tuple[int, ray.ObjectRef]]) -> dict[str, np.ndarray]:
+        Args:
+            batch_size: Items per batch.
+            num_batches: Batches fetched by this one request (see :meth:`sample`'s prefetch).
+        """
+        counts, shares = self.split(batch_size * num_batches)
+        refs = [
+            shard.sample.remote(int(n), self._take_deferred(i))
+            for i, (shard, n) in enumerate(zip(self.shards, counts, strict=True))
+        ]
+        return PendingSample(batch_size, num_batches, counts, shares, refs)
+
+    def _receive(self, pending: PendingSample) -> tuple[dict[str, np.ndarray], float]:
+        """Waits for a request's replies: ``(concatenated batch, smallest draw probability)``."""
+        replies = ray.get(pending.refs)
+        parts, minima = [], [np.inf]
+        for shard, (part, info) in enumerate(replies):
+            self.infos[shard] = info
+            if info["sampler"] == "fifo":
+                self.fifo_inflight[shard] -= pending.counts[shard]
+            if info["sampler"] == "prioritized" and info["size"] and pending.shares[shard] > 0:
+                minima.append(pending.shares[shard] * info["min_mass"] / info["mass"])
+            if part:
+                part["shard"] = np.full(len(part["index"]), shard, dtype=np.int64)
+                if "probability" in part:
+                    part["probability"] = part["probability"] * pending.shares[shard]
+                parts.append(part)
+        if not parts:
+            return {}, np.inf
+        batch = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
+        if "fifo_pass" in batch:  # a fetch that crosses a pass boundary: passes in order
+            order = np.argsort(batch["fifo_pass"], kind="stable")
+            batch = {k: v[order] for k, v in batch.items()}
+        return batch, min(minima)
+
+    def _weigh(self, batch: dict, min_probability: float, beta: float | None) -> dict:
+        if "probability" in batch:
+            beta = self.beta if beta is None else beta
+            batch["weight"] = importance_weights(batch["probability"], min_probability, beta)
+        return batch
+
+    def collect(
+        self, pending: PendingSample, *, beta: float | None = None
+    ) -> dict[str, np.ndarray]:
         """Waits for the replies of :meth:`sample_async` and concatenates them.
 
-        The result carries ``"shard"`` and ``"index"`` arrays naming each item's origin.
+        Returns:
+            The stored keys plus ``"shard"``, ``"index"`` and ``"insertion_id"`` (the key of a
+            priority update); prioritized tables add ``"probability"`` (of each draw, over the
+            whole service) and ``"weight"`` (importance weights with exponent ``beta``, default
+            ``self.beta``).
         """
-        replies = ray.get([ref for _, ref in pending])
-        parts = []
-        for (shard, _), (part, size) in zip(pending, replies, strict=True):
-            self.sizes[shard] = size
-            part["shard"] = np.full(len(part["index"]), shard, dtype=np.int64)
-            parts.append(part)
-        return {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
+        return self._weigh(*self._receive(pending), beta)
 
-    def sample(self, batch_size: int) -> dict[str, np.ndarray]:
-        """Samples ``batch_size`` transitions across shards, proportional to their sizes.
+    def sample(
+        self, batch_size: int, *, beta: float | None = None, prefetch: int = 0
+    ) -> dict[str, np.ndarray]:
+        """Samples ``batch_size`` transitions across shards (see :meth:`collect` for the keys).
+
+        With ``prefetch=k``, at least ``k`` further batches of the same size stay requested or
+        received beyond the one returned, so they travel while the caller trains; they are
+        fetched ``k`` at a time, one call per shard, which spreads the cost of a call over ``k``
+        batches. The batches of one fetch are i.i.d. draws from the same shard states (as are
+        any prefetched batches); their importance weights use the ``beta`` of the call that
+        returns them. Batches of another size still queued are discarded (uniform,
+        prioritized) or refused (FIFO, whose items must not be lost).
 
         Raises:
             EmptyReplayError: If every shard is empty.
+            ValueError: FIFO only: batches of another size are queued.
         """
-        return self.collect(self.sample_async(batch_size))
+        if self.queue_size != batch_size and (self.ready or self.inflight):
+            if self.infos[0].get("sampler") == "fifo":
+                raise ValueError(
+                    f"fifo: batches of size {self.queue_size} are queued; sample that size or "
+                    "cancel_prefetch()"
+                )
+            self.cancel_prefetch()
+        self.queue_size = batch_size
+        ahead = len(self.ready) + sum(p.num_batches for p in self.inflight)
+        if ahead == 0 or ahead - 1 < prefetch:
+            self.inflight.append(self.sample_async(batch_size, num_batches=prefetch + (ahead == 0)))
+        if not self.ready:
+            pending = self.inflight.popleft()
+            batch, min_probability = self._receive(pending)
+            shuffle = None if self.infos[0].get("sampler") == "fifo" else self.rng
+            parts = split_group(batch, pending.num_batches, shuffle)
+            self.ready.extend((part, min_probability) for part in parts)
+        return self._weigh(*self.ready.popleft(), beta)
 
-    def stats(self) -> list[dict[str, int]]:
+    def cancel_prefetch(self) -> int:
+        """Drops the queued batches; returns how many (their FIFO items are lost)."""
+        dropped = len(self.ready) + sum(p.num_batches for p in self.inflight)
+        for pending in self.inflight:
+            self._receive(pending)  # their replies carry fresher shard figures
+        self.ready.clear()
+        self.inflight.clear()
+        self.queue_size = None
+        return dropped
+
+    # -- priorities --------------------------------------------------------------------------
+    def update_priorities(
+        self, keys: Mapping[str, np.ndarray], priorities: np.ndarray, *, defer: bool = False
+    ) -> None:
+        """Routes new priorities of sampled items to their shards, without waiting.
+
+        Each shard gets the updates in one call, unless its previous update call is still in
+        flight: then they wait in the client and go together with later ones (in the next
+        update call, the next sample request, or :meth:`flush_updates`). Updates from one client
+        reach each shard in order, before that client's later samples. An item overwritten
+        since it was sampled keeps its successor's priority (the shard drops the update).
+
+        Args:
+            keys: A sampled batch, or any mapping with its ``"shard"``, ``"index"`` and
+                ``"insertion_id"`` arrays.
+            priorities: One non-negative priority per item (e.g. ``|td_error| + eps``).
+            defer: Hold the updates in the client until the next sample request carries them
+                (no extra call) or :meth:`flush_updates`.
+
+        Raises:
+            ValueError: If the lengths differ, or a shard refused an earlier update (e.g. a
+                negative priority).
+        """
+        shard_of = np.asarray(keys["shard"], dtype=np.int64)
+        columns = (
+            np.asarray(keys["index"], dtype=np.int64),
+            np.asarray(keys["insertion_id"], dtype=np.int64),
+            np.asarray(priorities, dtype=np.float64).reshape(-1),
+        )
+        if not len(shard_of) == len(columns[2]):
+            raise ValueError(f"{len(columns[2])} priorities for {len(shard_of)} items")
+        for shard in np.unique(shard_of):
+            mask = shard_of == shard
+            self.deferred[shard].append(tuple(c[mask] for c in columns))
+        if not defer:
+            self._send_updates(force=False)
+
+    def _take_deferred(self, shard: int) -> tuple[np.ndarray, ...] | None:
+        updates, self.deferred[shard] = self.deferred[shard], []
+        if not updates:
+            return None
+        return tuple(np.concatenate(c) for c in zip(*updates, strict=True))
+
+    def _send_updates(self, *, force: bool) -> None:
+        for shard, handle in enumerate(self.shards):
+            refs = self.update_refs[shard]
+            if refs:
+                done, refs = ray.wait(refs, num_returns=len(refs), timeout=0)
+                self.update_refs[shard] = refs
+                ray.get(done)  # surfaces a shard's refusal
+            if self.deferred[shard] and (force or not refs):
+                refs.append(handle.update_priorities.remote(*self._take_deferred(shard)))
+
+    def flush_updates(self, *, wait: bool = False) -> None:
+        """Sends every held priority update; with ``wait``, until all are applied.
+
+        Raises:
+            ValueError: If a shard refused an update (e.g. a negative priority).
+        """
+        self._send_updates(force=True)
+        if wait:
+            refs = [ref for shard_refs in self.update_refs for ref in shard_refs]
+            self.update_refs = [[] for _ in self.shards]
+            ray.get(refs)
+
+    # -- service-wide ------------------------------------------------------------------------
+    def stats(self) -> list[dict]:
         """Every shard's size and counters."""
         return ray.get([s.stats.remote() for s in self.shards])
+
+    def dump(self, directory: str | Path) -> list[dict]:
+        """Every shard writes its table into ``directory/replay-<i>`` in parallel.
+
+        Priority updates are flushed and applied first. Returns each shard's file sizes.
+        """
+        self.flush_updates(wait=True)
+        paths = [str(Path(directory) / f"replay-{i}") for i in range(len(self.shards))]
+        return ray.get([s.dump.remote(p) for s, p in zip(self.shards, paths, strict=True)])
+
+    def load(self, directory: str | Path) -> list[dict]:
+        """Every shard restores its table from ``directory/replay-<i>`` in parallel.
+
+        Prefetched batches and deferred updates are dropped. Each shard takes the capacity and
+        sampler of its checkpoint. A shard that refuses its files keeps its current table while
+        the others load theirs (verify a checkpoint before loading it). Returns each shard's
+        stats.
+
+        Raises:
+            replay.npyio.CheckpointError: Naming a missing, truncated or corrupt file.
+        """
+        self.ready.clear()
+        self.inflight.clear()
+        self.queue_size = None
+        self.deferred = [[] for _ in self.shards]
+        self.flush_updates(wait=True)
+        self.fifo_inflight[:] = 0
+        paths = [str(Path(directory) / f"replay-{i}") for i in range(len(self.shards))]
+        stats = ray.get([s.load.remote(p) for s, p in zip(self.shards, paths, strict=True)])
+        self.refresh()
+        return stats

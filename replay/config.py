@@ -6,6 +6,8 @@ import dataclasses
 
 from replay.table import SAMPLERS
 
+STORAGES = ("memory", "mmap")
+
 
 @dataclasses.dataclass(frozen=True)
 class ReplayConfig:
@@ -14,14 +16,34 @@ class ReplayConfig:
     Attributes:
         capacity: Transitions held by the whole service (split evenly over shards).
         num_shards: ReplayShard actors.
-        sampler: Sampling rule: ``uniform``.
+        sampler: Sampling rule: ``uniform``, ``prioritized`` (proportional) or ``fifo``
+            (on-policy: each item once per pass).
         num_cpus: Logical Ray CPUs per shard (shards mostly wait, so a fraction).
+        alpha: Prioritization exponent: an item's mass is ``priority ** alpha``.
+        beta_start: Importance-weight exponent at frame 0 (prioritized).
+        beta_end: Importance-weight exponent once ``beta_anneal_frames`` are collected.
+        beta_anneal_frames: Frames over which beta moves linearly from start to end (0: always
+            ``beta_end``).
+        fifo_shuffle: Hand out each FIFO pass in a random order instead of insertion order.
+        storage: ``memory`` (preallocated in RAM) or ``mmap`` (memory-mapped ``.npy`` files under
+            ``mmap_dir``, for replays larger than RAM).
+        mmap_dir: Directory of the memory-mapped storage (required with ``storage: mmap``).
     """
 
+    # Size and placement
     capacity: int = 100_000
     num_shards: int = 2
-    sampler: str = "uniform"
     num_cpus: float = 0.25
+    # Sampling
+    sampler: str = "uniform"
+    alpha: float = 0.6
+    beta_start: float = 0.4
+    beta_end: float = 1.0
+    beta_anneal_frames: int = 1_000_000
+    fifo_shuffle: bool = False
+    # Storage
+    storage: str = "memory"
+    mmap_dir: str | None = None
 
     def __post_init__(self) -> None:
         checks = [
@@ -29,6 +51,22 @@ class ReplayConfig:
             (self.capacity >= self.num_shards, "capacity", "must be >= num_shards", self.capacity),
             (self.sampler in SAMPLERS, "sampler", f"must be one of {SAMPLERS}", self.sampler),
             (self.num_cpus >= 0, "num_cpus", "must be >= 0", self.num_cpus),
+            (self.alpha >= 0, "alpha", "must be >= 0", self.alpha),
+            (0 <= self.beta_start <= 1, "beta_start", "must be in [0, 1]", self.beta_start),
+            (0 <= self.beta_end <= 1, "beta_end", "must be in [0, 1]", self.beta_end),
+            (
+                self.beta_anneal_frames >= 0,
+                "beta_anneal_frames",
+                "must be >= 0",
+                self.beta_anneal_frames,
+            ),
+            (self.storage in STORAGES, "storage", f"must be one of {STORAGES}", self.storage),
+            (
+                self.storage != "mmap" or bool(self.mmap_dir),
+                "mmap_dir",
+                "required when storage is 'mmap'",
+                self.mmap_dir,
+            ),
         ]
         for ok, field, rule, value in checks:
             if not ok:
@@ -38,3 +76,15 @@ class ReplayConfig:
     def shard_capacity(self) -> int:
         """Capacity of one shard."""
         return self.capacity // self.num_shards
+
+    def beta(self, frames: int) -> float:
+        """The importance-weight exponent after ``frames`` collected frames (linear anneal).
+
+        Examples:
+            >>> ReplayConfig(beta_start=0.4, beta_end=1.0, beta_anneal_frames=100).beta(50)
+            0.7
+        """
+        if self.beta_anneal_frames == 0 or frames >= self.beta_anneal_frames:
+            return self.beta_end
+        fraction = max(frames, 0) / self.beta_anneal_frames
+        return self.beta_start + fraction * (self.beta_end - self.beta_start)

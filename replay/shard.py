@@ -2,11 +2,23 @@
 
 from __future__ import annotations
 
+import logging
+import shutil
+import uuid
+from pathlib import Path
+
+import numpy as np
 import ray
 
+from replay.config import ReplayConfig
 from replay.receipts import WriteReceipt
 from replay.storage import Batch
 from replay.table import ReplayTable
+
+logger = logging.getLogger(__name__)
+
+# A priority update on the wire: (slots, insertion ids, priorities).
+Updates = tuple[np.ndarray, np.ndarray, np.ndarray]
 
 
 class ReplayShard:
@@ -17,23 +29,95 @@ class ReplayShard:
         capacity: Number of transitions this shard holds.
         sampler: Sampler name (see ``replay.table.SAMPLERS``).
         seed: Seed of the shard's sampling RNG.
+
+    Keyword Args:
+        alpha: Prioritization exponent (``prioritized``).
+        fifo_shuffle: Hand out FIFO passes in random order (``fifo``).
+        mmap_dir: Memory-map the storage from files under ``<mmap_dir>/shard-<i>-<tag>/``.
     """
 
-    def __init__(self, shard_id: int, capacity: int, sampler: str = "uniform", seed: int = 0):
-        self.table = ReplayTable(capacity, shard_id=shard_id, sampler=sampler, seed=seed)
+    def __init__(
+        self,
+        shard_id: int,
+        capacity: int,
+        sampler: str = "uniform",
+        seed: int = 0,
+        *,
+        alpha: float = 0.6,
+        fifo_shuffle: bool = False,
+        mmap_dir: str | None = None,
+    ) -> None:
+        self.shard_id = shard_id
+        self.mmap_root = None if mmap_dir is None else Path(mmap_dir)
+        self.table = ReplayTable(
+            capacity,
+            shard_id=shard_id,
+            sampler=sampler,
+            seed=seed,
+            alpha=alpha,
+            fifo_shuffle=fifo_shuffle,
+            mmap_dir=self._fresh_mmap_dir(),
+        )
+
+    def _fresh_mmap_dir(self) -> Path | None:
+        if self.mmap_root is None:
+            return None
+        return self.mmap_root / f"shard-{self.shard_id}-{uuid.uuid4().hex[:8]}"
 
     def write(self, batch: Batch, writer_id: str, seq: int) -> WriteReceipt:
         """Stores a batch; see :meth:`ReplayTable.write`."""
         return self.table.write(batch, writer_id, seq)
 
-    def sample(self, batch_size: int) -> tuple[dict, int]:
-        """Returns ``(batch, size)``: a uniform sample and this shard's size after it."""
-        if batch_size == 0:
-            return {}, len(self.table)
-        return self.table.sample(batch_size), len(self.table)
+    def sample(
+        self, batch_size: int, updates: Updates | None = None
+    ) -> tuple[dict[str, np.ndarray], dict]:
+        """Applies piggybacked priority updates, then samples.
 
-    def stats(self) -> dict[str, int]:
+        Returns:
+            ``(batch, info)``: the sample (empty for ``batch_size`` 0) and :meth:`info` after it.
+        """
+        if updates is not None:
+            self.table.update_priorities(*updates)
+        batch = self.table.sample(batch_size) if batch_size > 0 else {}
+        return batch, self.table.info()
+
+    def update_priorities(
+        self, indices: np.ndarray, insertion_ids: np.ndarray, priorities: np.ndarray
+    ) -> int:
+        """See :meth:`ReplayTable.update_priorities`; returns the number applied."""
+        return self.table.update_priorities(indices, insertion_ids, priorities)
+
+    def info(self) -> dict:
+        """Size and sampling masses (see :meth:`ReplayTable.info`)."""
+        return self.table.info()
+
+    def stats(self) -> dict:
         """Size and counters of this shard."""
+        return self.table.stats()
+
+    def dump(self, path: str) -> dict:
+        """Writes this shard's table into directory ``path``; see :meth:`ReplayTable.dump`."""
+        return self.table.dump(path)
+
+    def load(self, path: str) -> dict:
+        """Replaces this shard's table with the one dumped in ``path``; returns its stats.
+
+        Raises:
+            replay.npyio.CheckpointError: Naming the file that is missing, truncated or corrupt
+                (the current table is kept).
+        """
+        old_dir = self.table.storage.directory
+        table = ReplayTable.load(path, shard_id=self.shard_id, mmap_dir=self._fresh_mmap_dir())
+        if table.capacity != self.table.capacity:
+            logger.warning(
+                "replay shard %d: restored capacity %d differs from the configured %d",
+                self.shard_id,
+                table.capacity,
+                self.table.capacity,
+            )
+        self.table = table
+        if old_dir is not None:
+            shutil.rmtree(old_dir, ignore_errors=True)  # the old mapping stays valid until freed
         return self.table.stats()
 
 
@@ -46,6 +130,9 @@ def remote_shard(
     seed: int = 0,
     num_cpus: float = 0.5,
     max_restarts: int = 0,
+    alpha: float = 0.6,
+    fifo_shuffle: bool = False,
+    mmap_dir: str | None = None,
 ) -> ray.actor.ActorHandle:
     """Starts a named ReplayShard actor ``<run>.replay-<i>`` in namespace ``relayrl``."""
     actor_cls = ray.remote(ReplayShard).options(
@@ -55,4 +142,27 @@ def remote_shard(
         max_restarts=max_restarts,
         max_concurrency=1,
     )
-    return actor_cls.remote(shard_id, capacity, sampler, seed)
+    return actor_cls.remote(
+        shard_id, capacity, sampler, seed, alpha=alpha, fifo_shuffle=fifo_shuffle, mmap_dir=mmap_dir
+    )
+
+
+def remote_shards(
+    run_name: str, config: ReplayConfig, *, seed: int = 0, max_restarts: int = 0
+) -> list[ray.actor.ActorHandle]:
+    """Starts the ``config.num_shards`` shards of a run (shard ``i`` seeded ``seed * 100 + i``)."""
+    return [
+        remote_shard(
+            run_name,
+            i,
+            config.shard_capacity,
+            sampler=config.sampler,
+            seed=seed * 100 + i,
+            num_cpus=config.num_cpus,
+            max_restarts=max_restarts,
+            alpha=config.alpha,
+            fifo_shuffle=config.fifo_shuffle,
+            mmap_dir=config.mmap_dir if config.storage == "mmap" else None,
+        )
+        for i in range(config.num_shards)
+    ]

@@ -57,15 +57,20 @@ class ControllerConfig:
         max_lag_steps: Collection pauses while learners trail their UTD target by more steps.
         log_interval_s: Seconds between progress lines.
         episode_window: Episodes in the running mean of returns.
+        return_milestones: Returns whose first crossing by the running mean is reported in the
+            summary (frames and seconds), e.g. CartPole's 475.
+        stop_return: Stop early once the running mean reaches this return (None: never).
     """
 
-    total_frames: int = 50_000
+    total_frames: int = 80_000
     init_random_frames: int = 1_000
-    utd_ratio: float = 0.25
+    utd_ratio: float = 0.5
     max_steps_per_round: int = 64
     max_lag_steps: int = 256
     log_interval_s: float = 5.0
     episode_window: int = 20
+    return_milestones: tuple[float, ...] = (150.0, 475.0)
+    stop_return: float | None = None
 
     def __post_init__(self) -> None:
         checks = [
@@ -150,6 +155,17 @@ class RunConfig:
     controller: ControllerConfig = dataclasses.field(default_factory=ControllerConfig)
     checkpoint: CheckpointConfig = dataclasses.field(default_factory=CheckpointConfig)
     metrics: MetricsConfig = dataclasses.field(default_factory=MetricsConfig)
+
+    def __post_init__(self) -> None:
+        if self.replay.sampler == "prioritized" and not self.learner.update_priorities:
+            raise ValueError(
+                "learner.update_priorities: must be true with replay.sampler=prioritized, got False"
+            )
+        if self.replay.sampler == "fifo":
+            raise ValueError(
+                "replay.sampler: the DQN controller needs uniform or prioritized (fifo is for "
+                "on-policy learners), got 'fifo'"
+            )
 
     def to_dict(self) -> dict:
         """Plain nested dict (YAML/JSON serializable)."""

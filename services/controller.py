@@ -21,51 +21,27 @@ import logging
 import math
 import time
 from collections.abc import Callable
+from pathlib import Path
 
-import gymnasium as gym
 import ray
 
 from collector.group import CollectorGroup
 from collector.policy import ModelSpec
 from collector.receipts import RolloutReceipt
 from learner.group import LearnerGroup, PendingRound
-from learner.receipts import PublishedWeights, StepReceipt
+from learner.receipts import ProtocolError, PublishedWeights, StepReceipt
 from replay.client import ReplayClient
-from replay.shard import remote_shard
-from services.config import ConfigError, RunConfig
+from replay.shard import remote_shards
+from services.checkpoint import CheckpointStore, latest_valid
+from services.checkpointing import restore_learners, restore_services, save_cut
+from services.config import RunConfig
+from services.spec import model_spec_for
 from services.stats import EpisodeWindow, RateMeter, RunCounters
 
 logger = logging.getLogger(__name__)
 
 Hook = Callable[..., None]
-EVENTS = ("setup", "rollout", "round", "progress", "shutdown")
-
-
-def model_spec_for(config: RunConfig) -> ModelSpec:
-    """Reads the env's spaces and returns the Q-network spec.
-
-    Raises:
-        ConfigError: If the env id is unknown or its spaces do not suit DQN.
-    """
-    env_id = config.collector.env_id
-    try:
-        env = gym.make(env_id)
-    except gym.error.Error as err:
-        raise ConfigError(f"collector.env_id: cannot make {env_id!r}: {err}") from None
-    try:
-        obs_space, action_space = env.observation_space, env.action_space
-    finally:
-        env.close()
-    if not isinstance(action_space, gym.spaces.Discrete):
-        raise ConfigError(
-            f"collector.env_id: DQN needs a discrete action space, {env_id} has {action_space}"
-        )
-    if not isinstance(obs_space, gym.spaces.Box) or len(obs_space.shape) != 1:
-        raise ConfigError(
-            f"collector.env_id: the MLP Q-network needs a flat Box observation, "
-            f"{env_id} has {obs_space}"
-        )
-    return ModelSpec(int(obs_space.shape[0]), int(action_space.n), config.learner.hidden_sizes)
+EVENTS = ("setup", "rollout", "round", "progress", "checkpoint", "shutdown")
 
 
 class Controller:
@@ -83,8 +59,20 @@ class Controller:
         >>> summary = controller.run()  # sets up, trains, shuts down  # doctest: +SKIP
     """
 
-    def __init__(self, config: RunConfig, *, model_spec: ModelSpec | None = None) -> None:
+    def __init__(
+        self,
+        config: RunConfig,
+        *,
+        model_spec: ModelSpec | None = None,
+        checkpoint_root: str | Path | None = None,
+        resume_from: str | Path | None = None,
+    ) -> None:
         self.config = config
+        root = config.checkpoint.dir or checkpoint_root
+        self.checkpoints = CheckpointStore(root, config.checkpoint.keep) if root else None
+        self.resume_from = Path(resume_from) if resume_from else None
+        self.last_checkpoint: Path | None = None
+        self.next_checkpoint_frames = config.checkpoint.interval_frames or None
         self.model_spec = model_spec or model_spec_for(config)
         self.counters = RunCounters()
         self.episodes = EpisodeWindow(config.controller.episode_window)
@@ -97,6 +85,8 @@ class Controller:
         self.inflight: dict[ray.ObjectRef, int] = {}
         self.pending_round: PendingRound | None = None
         self.stop_requested = False
+        self.milestones: dict[float, dict] = {}
+        self.last_learner_metrics: dict[str, float] = {}
         self.started_at = time.perf_counter()
         self.wall_s = 0.0
         self._rates = RateMeter()
@@ -106,13 +96,14 @@ class Controller:
         """Calls ``hook(controller, *args)`` at a loop boundary.
 
         Events: ``setup``; ``rollout`` (receipt); ``round`` (step receipt); ``progress``
-        (snapshot dict); ``shutdown``.
+        (snapshot dict); ``checkpoint`` (path, seconds); ``shutdown``.
         """
         if event not in self.hooks:
             raise ValueError(f"unknown event {event!r}; events: {EVENTS}")
         self.hooks[event].append(hook)
 
-    def _emit(self, event: str, *args) -> None:
+    def emit(self, event: str, *args) -> None:
+        """Calls the hooks registered for ``event``."""
         for hook in self.hooks[event]:
             hook(self, *args)
 
@@ -121,17 +112,7 @@ class Controller:
         """Starts replay shards, collectors and the learner group; publishes version 0."""
         cfg = self.config
         name = cfg.run.name
-        self.shards = [
-            remote_shard(
-                name,
-                i,
-                cfg.replay.shard_capacity,
-                sampler=cfg.replay.sampler,
-                seed=cfg.seed * 100 + i,
-                num_cpus=cfg.replay.num_cpus,
-            )
-            for i in range(cfg.replay.num_shards)
-        ]
+        self.shards = remote_shards(name, cfg.replay, seed=cfg.seed)
         self.replay = ReplayClient(self.shards, seed=cfg.seed)
         self.collectors = CollectorGroup(
             name,
@@ -144,24 +125,72 @@ class Controller:
             num_cpus=cfg.collector.num_cpus,
             max_restarts=cfg.collector.max_restarts,
             vector_mode=cfg.collector.vector_mode,
+            env_kwargs=cfg.collector.env_kwargs,
+            n_step=cfg.collector.n_step,
+            gamma=cfg.collector.gamma,
         )
-        self.learners = LearnerGroup(
-            name,
+        self.collectors.wait_ready()
+        checkpoint = None
+        if self.resume_from is not None:
+            checkpoint, _ = latest_valid(self.resume_from)
+            restore_services(self, checkpoint)  # replay, collectors, driver counters
+            self.counters.generation += 1
+        self.learners = self._start_learners()
+        if checkpoint is not None:
+            restore_learners(self, checkpoint)
+            self.last_checkpoint = checkpoint
+            logger.info(
+                "resumed from %s at %d frames, version %d (generation %d)",
+                checkpoint,
+                self.counters.collected_frames,
+                self.counters.model_version,
+                self.counters.generation,
+            )
+        self._accept_weights(self.learners.publish(), force=True)
+        self.collectors.sync_weights(self.weights)
+        self.started_at = time.perf_counter()
+        self._rates = RateMeter()
+        self.emit("setup")
+
+    def _start_learners(self) -> LearnerGroup:
+        cfg = self.config
+        return LearnerGroup(
+            cfg.run.name,
             cfg.learner,
             self.model_spec,
             self.shards,
             cfg.seed,
             generation=self.counters.generation,
         )
-        self.collectors.wait_ready()
-        self._accept_weights(self.learners.publish())
-        self.started_at = time.perf_counter()
-        self._rates = RateMeter()
-        self._emit("setup")
+
+    def checkpoint(self) -> Path | None:
+        """Cuts a consistent checkpoint now (None when checkpoints are off)."""
+        if self.checkpoints is None:
+            return None
+        return save_cut(self, self.checkpoints)
+
+    def _recover_learners(self, error: Exception) -> None:
+        """A learner rank died: restore the group from the latest checkpoint as a new generation."""
+        if self.last_checkpoint is None:
+            raise RuntimeError(
+                f"a learner rank died and there is no checkpoint to restore it from: {error}"
+            ) from error
+        logger.warning(
+            "learner generation %d failed (%s); restoring from %s",
+            self.counters.generation,
+            error,
+            self.last_checkpoint,
+        )
+        self.pending_round = None
+        self.learners.shutdown()
+        self.counters.generation += 1
+        self.learners = self._start_learners()
+        restore_learners(self, self.last_checkpoint)
+        self._accept_weights(self.learners.publish(), force=True)
 
     def shutdown(self) -> None:
         """Stops every actor this controller started (idempotent)."""
-        self._emit("shutdown")
+        self.emit("shutdown")
         if self.learners is not None:
             self.learners.shutdown()
             self.learners = None
@@ -236,7 +265,10 @@ class Controller:
         owed = self.steps_target() - self.counters.optim_steps
         if owed > 0:
             steps = min(owed, self.config.controller.max_steps_per_round)
-            self.pending_round = self.learners.start_round(steps)
+            beta = None
+            if self.config.replay.sampler == "prioritized":
+                beta = self.config.replay.beta(self.counters.collected_frames)
+            self.pending_round = self.learners.start_round(steps, beta=beta)
 
     def _on_rollout(self, ref: ray.ObjectRef) -> None:
         index = self.inflight.pop(ref)
@@ -255,10 +287,34 @@ class Controller:
         c.rollouts += 1
         c.episodes += len(receipt.episode_returns)
         self.episodes.extend(receipt.episode_returns, receipt.episode_lengths)
-        self._emit("rollout", receipt)
+        self._check_milestones()
+        self.emit("rollout", receipt)
+
+    def _check_milestones(self) -> None:
+        ctrl = self.config.controller
+        mean = self.episodes.return_mean
+        if math.isnan(mean) or len(self.episodes.returns) < ctrl.episode_window:
+            return
+        for threshold in ctrl.return_milestones:
+            if mean >= threshold and threshold not in self.milestones:
+                self.milestones[threshold] = {
+                    "frames": self.counters.collected_frames,
+                    "wall_s": round(time.perf_counter() - self.started_at, 3),
+                }
+        if ctrl.stop_return is not None and mean >= ctrl.stop_return and not self.stop_requested:
+            logger.info("running mean return %.1f reached stop_return; stopping", mean)
+            self.request_stop()
 
     def _on_round(self) -> None:
-        receipt: StepReceipt = self.learners.finish_round(self.pending_round)
+        try:
+            receipt: StepReceipt = self.learners.finish_round(self.pending_round)
+        except ProtocolError as err:
+            # A dead or unreachable rank fails the generation: restore it; a protocol breach
+            # between live ranks is a bug and stays fatal.
+            if not isinstance(err.__cause__, ray.exceptions.RayError | TimeoutError):
+                raise
+            self._recover_learners(err)
+            return
         self.pending_round = None
         c = self.counters
         c.optim_steps += receipt.optim_steps
@@ -266,10 +322,11 @@ class Controller:
         c.rounds += 1
         if receipt.published is not None:
             self._accept_weights(receipt.published)
-        self._emit("round", receipt)
+        self.last_learner_metrics = receipt.metrics
+        self.emit("round", receipt)
 
-    def _accept_weights(self, weights: PublishedWeights) -> None:
-        if self.weights is not None and weights.key <= self.weights.key:
+    def _accept_weights(self, weights: PublishedWeights, *, force: bool = False) -> None:
+        if not force and self.weights is not None and weights.key <= self.weights.key:
             return
         self.weights = weights
         self.counters.published_version = weights.version
@@ -279,31 +336,57 @@ class Controller:
         ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
         return len(ready) == len(refs)
 
+    def wait_and_process(self, timeout: float) -> bool:
+        """Waits for a rollout or the learner round, then counts what finished.
+
+        Returns:
+            False when nothing was in flight.
+        """
+        waitable = list(self.inflight)
+        if self.pending_round is not None:
+            waitable += list(self.pending_round.refs)
+        if not waitable:
+            return False
+        ray.wait(waitable, num_returns=1, timeout=timeout)
+        done, _ = ray.wait(list(self.inflight), num_returns=len(self.inflight), timeout=0)
+        for ref in done:
+            self._on_rollout(ref)
+        if self.pending_round is not None and self._round_ready():
+            self._on_round()
+        return True
+
+    def _checkpoint_due(self) -> bool:
+        due = self.next_checkpoint_frames
+        if due is None or self.counters.collected_frames < due or self.stop_requested:
+            return False
+        interval = self.config.checkpoint.interval_frames
+        self.next_checkpoint_frames = (self.counters.collected_frames // interval + 1) * interval
+        return True
+
     def train(self) -> None:
-        """Runs the loop until the frame budget and the owed steps are done, or a stop."""
+        """Runs the loop until the frame budget and the owed steps are done, or a stop.
+
+        Checkpoints are cut every ``checkpoint.interval_frames``, and at the end when stopped
+        or (with ``checkpoint.at_end``) when the budget is reached.
+        """
         ctrl = self.config.controller
         next_progress = time.perf_counter() + ctrl.log_interval_s
         while True:
+            if self._checkpoint_due():
+                self.checkpoint()
             self._issue_rollouts()
             self._maybe_start_round()
-            waitable = list(self.inflight)
-            if self.pending_round is not None:
-                waitable += list(self.pending_round.refs)
-            if not waitable:
+            if not self.wait_and_process(ctrl.log_interval_s):
                 break  # nothing in flight and nothing owed: budget reached or stop requested
-            ray.wait(waitable, num_returns=1, timeout=ctrl.log_interval_s)
-            done, _ = ray.wait(list(self.inflight), num_returns=len(self.inflight), timeout=0)
-            for ref in done:
-                self._on_rollout(ref)
-            if self.pending_round is not None and self._round_ready():
-                self._on_round()
             if time.perf_counter() >= next_progress:
-                self._emit("progress", self.snapshot())
+                self.emit("progress", self.snapshot())
                 next_progress = time.perf_counter() + ctrl.log_interval_s
         if self.weights is not None:
             self.collectors.sync_weights(self.weights)  # collectors end on the newest version
         self.wall_s = time.perf_counter() - self.started_at
-        self._emit("progress", self.snapshot())
+        if self.stop_requested or self.config.checkpoint.at_end:
+            self.checkpoint()
+        self.emit("progress", self.snapshot())
 
     # -- reporting ---------------------------------------------------------------------------
     def snapshot(self) -> dict:
@@ -323,6 +406,10 @@ class Controller:
             "episode_length_mean": self.episodes.length_mean,
             "epsilon": self.epsilon(),
             "elapsed_s": time.perf_counter() - self.started_at,
+            "generation": c.generation,
+            "update_to_data": c.optim_steps / max(c.collected_frames, 1),
+            "learner": dict(self.last_learner_metrics),
+            "replay": self.replay.stats() if self.replay is not None and self.shards else [],
         }
 
     def summary(self) -> dict:
@@ -344,4 +431,5 @@ class Controller:
             "updates_per_s": round(c.optim_steps / max(wall, 1e-9), 1),
             "collector_failures": c.collector_failures,
             "stopped_early": self.stop_requested,
+            "return_milestones": {f"{k:g}": v for k, v in sorted(self.milestones.items())},
         }

@@ -22,7 +22,12 @@ METRICS: tuple[tuple[str, str, tuple[str, ...], str], ...] = (
     ("transitions_total", "counter", (), "Transitions written to replay."),
     ("optim_steps_total", "counter", (), "Optimizer steps done by the learner group."),
     ("rollouts_total", "counter", ("collector",), "Counted rollout receipts per collector."),
-    ("collector_failures_total", "counter", (), "Rollouts lost to dead collectors."),
+    (
+        "collector_restarts_total",
+        "counter",
+        (),
+        "Collector deaths (each restarted by Ray; its rollout is not counted).",
+    ),
     ("episodes_total", "counter", (), "Finished episodes."),
     ("model_version", "gauge", (), "Learner model version (optimizer steps in the lineage)."),
     ("published_version", "gauge", (), "Version of the newest published weights."),
@@ -33,7 +38,18 @@ METRICS: tuple[tuple[str, str, tuple[str, ...], str], ...] = (
     ("frames_per_second", "gauge", (), "Collection rate over the last progress interval."),
     ("updates_per_second", "gauge", (), "Optimizer steps per second over the last interval."),
     ("update_to_data_ratio", "gauge", (), "Optimizer steps per collected frame so far."),
+    ("replay_size", "gauge", ("shard",), "Transitions held by each replay shard."),
+    ("replay_inserts_total", "counter", ("shard",), "Transitions written to each replay shard."),
+    ("replay_samples_total", "counter", ("shard",), "Transitions sampled from each replay shard."),
+    (
+        "replay_priority_updates_total",
+        "counter",
+        ("shard",),
+        "Priority updates applied by each replay shard (prioritized sampling).",
+    ),
     ("loss", "gauge", ("term",), "Loss terms and grad norm averaged over the last round."),
+    ("checkpoint_duration_seconds", "gauge", (), "Wall time of the last checkpoint."),
+    ("checkpoint_last_success_timestamp_seconds", "gauge", (), "Unix time of the last checkpoint."),
     (
         "policy_lag_versions",
         "histogram",
@@ -43,6 +59,21 @@ METRICS: tuple[tuple[str, str, tuple[str, ...], str], ...] = (
     ("rollout_latency_seconds", "histogram", (), "Wall time of one rollout call, writes included."),
     ("step_latency_seconds", "histogram", (), "Wall time of one learner round on rank 0."),
 )
+
+
+def exported_name(name: str) -> str:
+    """The name a scrape shows for an entry of ``METRICS`` (histograms add _bucket/_sum/_count)."""
+    return f"relayrl_{name}"
+
+
+def metrics_table() -> str:
+    """The README's metrics table, in Markdown."""
+    rows = ["| metric | type | labels | meaning |", "|---|---|---|---|"]
+    for name, kind, labels, help_text in METRICS:
+        rows.append(
+            f"| `{exported_name(name)}` | {kind} | {', '.join(labels) or '-'} | {help_text} |"
+        )
+    return "\n".join(rows)
 
 
 class MetricsExporter:
@@ -55,7 +86,7 @@ class MetricsExporter:
 
     def __init__(self, host: str = "127.0.0.1", port: int = 0) -> None:
         self.registry = CollectorRegistry()
-        self._failures_seen = 0
+        self._seen: dict[tuple, float] = {}
         self.metrics = {}
         for name, kind, labels, help_text in METRICS:
             full = (
@@ -87,6 +118,7 @@ class MetricsExporter:
         controller.register("rollout", self.on_rollout)
         controller.register("round", self.on_round)
         controller.register("progress", self.on_progress)
+        controller.register("checkpoint", self.on_checkpoint)
 
     def on_rollout(self, controller, receipt) -> None:
         """Counts one rollout receipt."""
@@ -120,15 +152,35 @@ class MetricsExporter:
         m["frames_per_second"].set(snapshot["frames_per_s"])
         m["updates_per_second"].set(snapshot["updates_per_s"])
         m["update_to_data_ratio"].set(c.optim_steps / max(c.collected_frames, 1))
-        if c.collector_failures > self._failures_seen:
-            m["collector_failures_total"].inc(c.collector_failures - self._failures_seen)
-            self._failures_seen = c.collector_failures
+        self._advance("collector_restarts_total", c.collector_failures)
+        for shard in snapshot.get("replay", []):
+            label = str(shard["shard_id"])
+            m["replay_size"].labels(shard=label).set(shard["size"])
+            self._advance("replay_inserts_total", shard["write_count"], shard=label)
+            self._advance("replay_samples_total", shard["sample_count"], shard=label)
+            self._advance(
+                "replay_priority_updates_total", shard.get("priority_updates", 0), shard=label
+            )
         for key, name in (
             ("episode_return_mean", "episode_return"),
             ("episode_length_mean", "episode_length"),
         ):
             if not math.isnan(snapshot[key]):
                 m[name].set(snapshot[key])
+
+    def on_checkpoint(self, controller, path, seconds: float) -> None:
+        """Records a successful checkpoint."""
+        self.metrics["checkpoint_duration_seconds"].set(seconds)
+        self.metrics["checkpoint_last_success_timestamp_seconds"].set_to_current_time()
+
+    def _advance(self, name: str, total: float, **labels: str) -> None:
+        """Moves a counter up to an absolute ``total`` reported by a component."""
+        key = (name, tuple(sorted(labels.items())))
+        delta = total - self._seen.get(key, 0)
+        if delta > 0:
+            metric = self.metrics[name]
+            (metric.labels(**labels) if labels else metric).inc(delta)
+            self._seen[key] = total
 
     def close(self) -> None:
         """Stops the HTTP server."""

@@ -21,6 +21,17 @@ def resolve_run_dir(name: str, configured: str | None) -> Path:
     return path
 
 
+def finite(value):
+    """Replaces NaN and infinities with None, recursively (strict JSON)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [finite(v) for v in value]
+    return value
+
+
 class RunLog:
     """Writes ``config.yaml`` once and appends progress snapshots to ``metrics.jsonl``."""
 
@@ -31,10 +42,7 @@ class RunLog:
 
     def write(self, record: dict) -> None:
         """Appends one JSON line (NaN becomes null)."""
-        clean = {
-            k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in record.items()
-        }
-        self.file.write(json.dumps(clean) + "\n")
+        self.file.write(json.dumps(finite(record)) + "\n")
 
     def close(self) -> None:
         """Closes the log file."""

@@ -22,10 +22,14 @@ import sys
 
 import ray
 
+from services.checkpoint import CheckpointError
+from services.checkpointing import resolve_resume
 from services.config import ConfigError, RunConfig, load_config
-from services.controller import Controller, model_spec_for
+from services.controller import Controller
 from services.metrics import MetricsExporter
+from services.progress import ProgressReporter
 from services.rundir import RunLog, resolve_run_dir
+from services.spec import model_spec_for
 
 logger = logging.getLogger("relayrl")
 
@@ -36,6 +40,11 @@ def build_parser() -> argparse.ArgumentParser:
         prog="python -m services.train", description=__doc__.split("\n")[0]
     )
     parser.add_argument("--config", help="YAML run config (see deploy/configs/)")
+    parser.add_argument(
+        "--resume",
+        metavar="PATH",
+        help="resume from a checkpoint directory or a rotation directory (newest valid one)",
+    )
     parser.add_argument(
         "--set",
         action="append",
@@ -69,22 +78,12 @@ def init_ray(config: RunConfig) -> None:
         return
     gpus = config.learner.world_size * config.learner.resources_per_rank.get("GPU", 0)
     ray.init(
+        address="local",  # never attach to a `ray start` cluster found on this machine
         num_cpus=max(os.cpu_count() or 1, math.ceil(logical_cpus(config))),
         num_gpus=gpus or None,
         include_dashboard=False,
         namespace="relayrl",
         _node_ip_address="127.0.0.1",
-    )
-
-
-def print_progress(controller: Controller, snapshot: dict) -> None:
-    """One plain progress line on standard output."""
-    mean = snapshot["episode_return_mean"]
-    print(
-        f"frames {snapshot['frames']:,}/{snapshot['total_frames']:,} | "
-        f"{snapshot['frames_per_s']:,.0f} frames/s | optim steps {snapshot['optim_steps']:,} | "
-        f"return {'-' if math.isnan(mean) else f'{mean:.1f}'} | eps {snapshot['epsilon']:.3f}",
-        flush=True,
     )
 
 
@@ -111,29 +110,44 @@ def main(argv: list[str] | None = None) -> int:
     try:
         config = load_config(args.config, args.set)
         model_spec = model_spec_for(config)
+        resume = resolve_resume(args.resume, config)[0] if args.resume else None
     except ConfigError as err:
         print(f"relayrl: invalid config: {err}", file=sys.stderr)
+        return 2
+    except CheckpointError as err:
+        print(f"relayrl: cannot resume: {err}", file=sys.stderr)
         return 2
     run_dir = resolve_run_dir(config.run.name, config.run.dir)
     run_log = RunLog(run_dir, config.to_dict())
     logger.info("run directory %s", run_dir)
     init_ray(config)
-    controller = Controller(config, model_spec=model_spec)
+    controller = Controller(
+        config,
+        model_spec=model_spec,
+        checkpoint_root=run_dir / "checkpoints",
+        resume_from=resume,
+    )
     exporter = None
     if config.metrics.enabled:
         exporter = MetricsExporter(config.metrics.host, config.metrics.port)
         exporter.attach(controller)
-    controller.register("progress", print_progress)
+    progress = ProgressReporter()
+    controller.register("progress", progress)
     controller.register("progress", lambda _, snapshot: run_log.write(snapshot))
     install_signal_handlers(controller)
     try:
         summary = controller.run()
+    except KeyboardInterrupt:
+        logger.warning("interrupted before a clean stop")
+        return 130
     finally:
+        progress.close()
         if exporter is not None:
             exporter.close()
         run_log.close()
         ray.shutdown()
     summary["run_dir"] = str(run_dir)
+    summary["checkpoint"] = str(controller.last_checkpoint) if controller.last_checkpoint else None
     print(json.dumps(summary), flush=True)
     return 0
 

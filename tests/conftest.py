@@ -18,6 +18,7 @@ def ray_cluster():
     """A local Ray with generous logical CPUs (actors mostly wait on 2 real cores)."""
     if not ray.is_initialized():
         ray.init(
+            address="local",
             num_cpus=8,
             include_dashboard=False,
             namespace="relayrl",

@@ -12,12 +12,21 @@ from replay.shard import remote_shard
 from services.config import load_config
 from services.controller import Controller
 
+PRIORITIZED = [
+    "replay.sampler=prioritized",
+    "learner.update_priorities=true",
+    "collector.n_step=3",
+]
 
-@pytest.mark.parametrize("world_size", [1, 2])
-def test_accounting_pacing_and_versions(ray_cluster, world_size):
+
+@pytest.mark.parametrize(
+    ("world_size", "extra"), [(1, []), (2, []), (1, PRIORITIZED)], ids=["ws1", "ws2", "per-nstep"]
+)
+def test_accounting_pacing_and_versions(ray_cluster, world_size, extra):
     config = load_config(
         overrides=[
-            f"run.name=it-ws{world_size}",
+            *extra,
+            f"run.name=it-ws{world_size}-{len(extra)}",
             "seed=1",
             "controller.total_frames=4000",
             "controller.init_random_frames=500",
@@ -48,6 +57,9 @@ def test_accounting_pacing_and_versions(ray_cluster, world_size):
     assert c.collected_frames == sum(r.frames for r in receipts)
     assert c.collected_frames == sum(s["write_count"] for s in shard_stats)
     assert all(s["write_count"] > 0 for s in shard_stats)  # both shards were written
+    if extra:  # learners sent |td_error| priorities back to the shards that served the items
+        assert all(s["priority_updates"] > 0 for s in shard_stats)
+        assert all(s["sampler"] == "prioritized" for s in shard_stats)
     assert total <= c.collected_frames < total + 2 * config.collector.rollout_frames
     assert c.model_version == c.optim_steps == sum(r.optim_steps for r in rounds) > 0
     assert c.optim_steps == controller.steps_target()

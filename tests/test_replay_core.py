@@ -2,6 +2,7 @@ import numpy as np
 import pytest
 import torch
 
+from replay.config import ReplayConfig
 from replay.samplers import EmptyReplayError
 from replay.storage import CircularStorage, SchemaError
 from replay.table import ReplayTable
@@ -78,3 +79,27 @@ def test_retried_write_is_acknowledged_not_stored_twice():
     assert table.write_count == 2 and len(table) == 2
     other = table.write(items(2, 2), "collector-1/def", 0)
     assert not other.duplicate and table.write_count == 4
+
+
+@pytest.mark.parametrize(
+    ("overrides", "field"),
+    [
+        ({"sampler": "lifo"}, "sampler"),
+        ({"alpha": -0.1}, "alpha"),
+        ({"beta_start": 1.5}, "beta_start"),
+        ({"beta_end": -1.0}, "beta_end"),
+        ({"beta_anneal_frames": -1}, "beta_anneal_frames"),
+        ({"storage": "disk"}, "storage"),
+        ({"storage": "mmap"}, "mmap_dir"),
+    ],
+)
+def test_replay_config_refuses_bad_fields(overrides, field):
+    with pytest.raises(ValueError, match=f"^{field}: "):
+        ReplayConfig(**overrides)
+
+
+def test_replay_config_anneals_beta_linearly():
+    config = ReplayConfig(beta_start=0.4, beta_end=1.0, beta_anneal_frames=1_000)
+    assert [config.beta(f) for f in (0, 500, 1_000, 5_000)] == pytest.approx([0.4, 0.7, 1.0, 1.0])
+    assert ReplayConfig(beta_anneal_frames=0, beta_end=0.9).beta(0) == 0.9
+    assert ReplayConfig(storage="mmap", mmap_dir="/tmp/x").storage == "mmap"

@@ -1,0 +1,111 @@
+"""Per-rank replay sampling: one round of prefetch, prepared off the critical path."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+
+import numpy as np
+from tensordict import TensorDict
+
+from replay.client import ReplayClient
+from replay.samplers import EmptyReplayError
+
+logger = logging.getLogger(__name__)
+
+Prepare = Callable[[dict[str, np.ndarray]], TensorDict]
+
+
+class RankSampler:
+    """Draws a rank's batches for a round, fetching and preparing the next round's ahead.
+
+    A round of ``k`` steps takes ``k * per_step`` items in one request per shard, shuffled so
+    that every step mixes the shards, converted by ``prepare`` (arrays to a TensorDict on the
+    model's device) and split into ``k`` batches. With ``prefetch``:
+
+    1. :meth:`take` returns the batches prepared for this round and at once sends the shard
+       requests for the next round (assumed as long), so replay samples while the rank trains;
+    2. :meth:`prepare_next`, called when the round's training is done, collects the replies and
+       prepares the batches in a background thread while the rank answers the driver and waits
+       for the next round.
+
+    A longer next round tops up synchronously, a shorter one uses the first batches (already
+    shuffled). Prefetched items were drawn one round earlier, a staleness of at most one round
+    of collection.
+
+    Args:
+        client: This rank's replay client.
+        per_step: Items per optimizer step on this rank.
+        prepare: Converts sampled arrays to a TensorDict (e.g. ``LearnerCore.to_batch``).
+
+    Keyword Args:
+        prefetch: Request and prepare the next round's items ahead.
+
+    Examples:
+        >>> sampler = RankSampler(ReplayClient(shards, seed=0), 32, core.to_batch)  # doctest: +SKIP
+        >>> batches = sampler.take(num_steps=16)  # 16 batches of 32  # doctest: +SKIP
+        >>> sampler.prepare_next()  # after training  # doctest: +SKIP
+    """
+
+    def __init__(
+        self, client: ReplayClient, per_step: int, prepare: Prepare, *, prefetch: bool = True
+    ) -> None:
+        self.client = client
+        self.per_step = per_step
+        self.prepare = prepare
+        self.prefetch = prefetch
+        self.pending: tuple[int, list] | None = None
+        self.ready: Future | None = None
+        self._executor = ThreadPoolExecutor(1, "rank-sampler") if prefetch else None
+
+    def take(self, num_steps: int) -> list[TensorDict]:
+        """Returns ``num_steps`` batches of ``per_step`` items and requests the next round's.
+
+        Raises:
+            replay.samplers.EmptyReplayError: If every shard is empty.
+        """
+        batches = self._prepared()[:num_steps]
+        if len(batches) < num_steps:
+            wanted = (num_steps - len(batches)) * self.per_step
+            batches += self._batches(self.client.sample(wanted))
+        if self.prefetch:
+            try:
+                self.pending = (num_steps, self.client.sample_async(num_steps * self.per_step))
+            except EmptyReplayError:
+                self.pending = None
+        return batches
+
+    def prepare_next(self) -> None:
+        """Collects and prepares the requested next round in the background."""
+        if self.pending is not None:
+            _, requests = self.pending
+            self.pending = None
+            self.ready = self._executor.submit(lambda: self._batches(self.client.collect(requests)))
+
+    def reset(self) -> None:
+        """Waits for background work and drops every prefetched item (after a restore)."""
+        self.drain()
+        self.pending = None
+        self.ready = None
+
+    def drain(self) -> None:
+        """Waits for background preparation (before reading or setting the client's RNG)."""
+        if self.ready is not None:
+            self.ready.exception()
+
+    def close(self) -> None:
+        """Stops the background thread."""
+        if self._executor is not None:
+            self._executor.shutdown(wait=False, cancel_futures=True)
+
+    def _prepared(self) -> list[TensorDict]:
+        if self.ready is None:
+            return []
+        ready, self.ready = self.ready, None
+        return ready.result()
+
+    def _batches(self, arrays: dict[str, np.ndarray]) -> list[TensorDict]:
+        order = self.client.rng.permutation(len(arrays["index"]))
+        batch = self.prepare({k: v[order] for k, v in arrays.items()})
+        return list(batch.split(self.per_step))

@@ -1,0 +1,193 @@
+"""Consistent cuts and ordered restores of a running job (driver side).
+
+Save (:func:`save_cut`): the controller first drains its in-flight rollouts and learner round
+(counting their receipts), then the collectors' pause barrier holds, then in parallel every
+replay shard dumps its files, every collector returns its state and every learner rank returns
+its state; the driver writes those and its own counters, then the manifest, then resumes.
+
+Restore (:func:`restore`): replay shards, then collectors, then driver counters, then learners
+as a new generation (world size validated), then a forced weight publication; collection
+resumes when the loop starts.
+
+Files of a checkpoint: ``replay-<i>/`` (written by each shard itself), ``collector-<i>.json/.npz``,
+``learner-<rank>.pt`` (``torch.load(weights_only=True)``), ``driver.json``, ``config.json``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import torch
+
+from services.checkpoint import (
+    CheckpointError,
+    CheckpointStore,
+    latest_valid,
+    read_json,
+    write_json,
+)
+from services.config import ConfigError, RunConfig
+from services.statefile import load_state, save_state
+from services.stats import RunCounters
+
+logger = logging.getLogger(__name__)
+
+# Fields a resumed run must share with its checkpoint (they shape the saved state).
+PINNED_FIELDS = (
+    "collector.env_id",
+    "collector.num_collectors",
+    "collector.envs_per_collector",
+    "collector.n_step",
+    "replay.num_shards",
+    "replay.sampler",
+    "learner.world_size",
+    "learner.hidden_sizes",
+)
+
+
+def _field(config: dict, dotted: str):
+    node = config
+    for part in dotted.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return None
+        node = node[part]
+    return node
+
+
+def check_compatible(checkpoint_config: dict, config: RunConfig) -> None:
+    """Refuses a config whose pinned fields differ from the checkpoint's.
+
+    Raises:
+        ConfigError: Naming the first differing field.
+    """
+    current = config.to_dict()
+    for dotted in PINNED_FIELDS:
+        saved, now = _field(checkpoint_config, dotted), _field(current, dotted)
+        if saved != now:
+            raise ConfigError(
+                f"{dotted}: the checkpoint was written with {saved!r}, this config has {now!r}; "
+                "resume with the checkpoint's value"
+            )
+
+
+def resolve_resume(path: str | Path, config: RunConfig) -> tuple[Path, dict]:
+    """Finds the checkpoint to resume (newest valid one of a rotation directory) and checks it.
+
+    Raises:
+        CheckpointError: If no valid checkpoint is found.
+        ConfigError: If the config conflicts with the checkpoint.
+    """
+    checkpoint, manifest = latest_valid(path)
+    check_compatible(read_json(checkpoint / "config.json"), config)
+    return checkpoint, manifest
+
+
+def drain(controller) -> None:
+    """Counts every in-flight rollout and finishes the in-flight learner round."""
+    while controller.inflight or controller.pending_round is not None:
+        controller.wait_and_process(timeout=controller.config.controller.log_interval_s)
+
+
+def save_cut(controller, store: CheckpointStore) -> Path:
+    """Writes a consistent checkpoint of the running job and returns its directory."""
+    started = time.perf_counter()
+    drain(controller)
+    controller.learners.flush_replay()  # the learners' priority updates belong to the cut
+    controller.collectors.pause()
+    staging = store.stage(controller.counters.collected_frames)
+    try:
+        with ThreadPoolExecutor(max_workers=3) as pool:
+            replay = pool.submit(controller.replay.dump, staging)
+            collectors = pool.submit(controller.collectors.state_dicts)
+            learners = pool.submit(controller.learners.state_dicts)
+            for i, state in enumerate(collectors.result()):
+                save_state(staging / f"collector-{i}", state)
+            for rank, state in enumerate(learners.result()):
+                torch.save(state, staging / f"learner-{rank}.pt")
+            replay_files = replay.result()
+        counters = dataclasses.asdict(controller.counters)
+        write_json(staging / "driver.json", driver_state(controller))
+        write_json(staging / "config.json", controller.config.to_dict())
+        path = store.commit(
+            staging,
+            config_digest=controller.config.digest(),
+            counters={**counters, "replay_shards": len(replay_files)},
+        )
+    except BaseException:
+        store.abort(staging)
+        raise
+    finally:
+        controller.collectors.resume()
+    seconds = time.perf_counter() - started
+    logger.info("checkpoint %s written in %.2fs", path, seconds)
+    controller.last_checkpoint = path
+    controller.emit("checkpoint", path, seconds)
+    return path
+
+
+def driver_state(controller) -> dict:
+    """The driver's own part of a checkpoint (counters, episode window, milestones)."""
+    return {
+        "counters": dataclasses.asdict(controller.counters),
+        "episode_returns": list(controller.episodes.returns),
+        "episode_lengths": list(controller.episodes.lengths),
+        "milestones": {str(k): v for k, v in controller.milestones.items()},
+        "next_checkpoint_frames": controller.next_checkpoint_frames,
+        "elapsed_s": time.perf_counter() - controller.started_at,
+    }
+
+
+def load_driver_state(controller, state: dict) -> None:
+    """Restores :func:`driver_state`."""
+    controller.counters = RunCounters(**state["counters"])
+    controller.episodes.extend(state["episode_returns"], state["episode_lengths"])
+    controller.milestones = {float(k): v for k, v in state["milestones"].items()}
+    interval = controller.config.checkpoint.interval_frames
+    if interval:
+        controller.next_checkpoint_frames = (
+            controller.counters.collected_frames // interval + 1
+        ) * interval
+
+
+def load_learner_states(checkpoint: Path, world_size: int) -> list[dict]:
+    """Reads every rank's state with ``weights_only=True``.
+
+    Raises:
+        CheckpointError: Naming an unreadable file.
+    """
+    states = []
+    for rank in range(world_size):
+        path = checkpoint / f"learner-{rank}.pt"
+        try:
+            states.append(torch.load(path, weights_only=True, map_location="cpu"))
+        except (OSError, RuntimeError, ValueError) as err:
+            raise CheckpointError(f"{path}: unreadable ({err})") from None
+    return states
+
+
+def restore_services(controller, checkpoint: Path) -> dict:
+    """Restores replay shards, then collectors, then the driver's counters.
+
+    Returns:
+        The driver state, whose ``generation`` the new learner generation follows.
+    """
+    controller.replay.load(checkpoint)
+    states = [load_state(checkpoint / f"collector-{i}") for i in range(len(controller.collectors))]
+    controller.collectors.load_state_dicts(states)
+    driver = read_json(checkpoint / "driver.json")
+    load_driver_state(controller, driver)
+    return driver
+
+
+def restore_learners(controller, checkpoint: Path) -> int:
+    """Loads the learner states into the (new generation) group; returns the version."""
+    states = load_learner_states(checkpoint, controller.config.learner.world_size)
+    version = controller.learners.load_state_dicts(states)
+    counters: RunCounters = controller.counters
+    counters.model_version = version
+    counters.optim_steps = version
+    return version

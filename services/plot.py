@@ -1,0 +1,92 @@
+"""``python -m services.plot RUN_DIR``: PNG learning curves from a run's ``metrics.jsonl``.
+
+Writes ``RUN_DIR/plots/learning_curves.png`` with four panels: episode return vs frames, return
+vs wall time, learner losses vs frames, and throughput (frames/s, updates/s) vs frames.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+
+
+def read_log(run_dir: Path) -> list[dict]:
+    """Reads ``metrics.jsonl`` records.
+
+    Raises:
+        FileNotFoundError: If the run directory has no metrics log.
+        ValueError: If the log holds no record.
+    """
+    path = run_dir / "metrics.jsonl"
+    records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    if not records:
+        raise ValueError(f"{path}: no records yet")
+    return records
+
+
+def series(records: list[dict], key: str) -> list[float]:
+    """Values of one key (None for missing), nested keys as ``learner.loss_q``."""
+    out = []
+    for record in records:
+        value = record
+        for part in key.split("."):
+            value = value.get(part) if isinstance(value, dict) else None
+        out.append(float("nan") if value is None else value)
+    return out
+
+
+def plot_run(run_dir: str | Path) -> Path:
+    """Draws the learning curves of a run and returns the PNG's path."""
+    run_dir = Path(run_dir)
+    records = read_log(run_dir)
+    frames = series(records, "frames")
+    fig, axes = plt.subplots(2, 2, figsize=(11, 7), constrained_layout=True)
+    ax = axes[0][0]
+    ax.plot(frames, series(records, "episode_return_mean"))
+    ax.set(xlabel="frames", ylabel="episode return (window mean)", title="Return vs frames")
+    ax = axes[0][1]
+    ax.plot(series(records, "elapsed_s"), series(records, "episode_return_mean"))
+    ax.set(xlabel="wall time (s)", ylabel="episode return", title="Return vs wall time")
+    ax = axes[1][0]
+    terms = sorted({k for r in records for k in r.get("learner", {})})
+    for term in terms:
+        ax.plot(frames, series(records, f"learner.{term}"), label=term)
+    ax.set(xlabel="frames", title="Learner metrics (last round)")
+    if terms:
+        ax.set_yscale("symlog")
+        ax.legend(fontsize="small")
+    ax = axes[1][1]
+    ax.plot(frames, series(records, "frames_per_s"), label="frames/s")
+    ax.plot(frames, series(records, "updates_per_s"), label="updates/s")
+    ax.set(xlabel="frames", title="Throughput")
+    ax.legend(fontsize="small")
+    out = run_dir / "plots" / "learning_curves.png"
+    out.parent.mkdir(exist_ok=True)
+    fig.savefig(out, dpi=100)
+    plt.close(fig)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    """CLI entry point; returns the exit code."""
+    parser = argparse.ArgumentParser(prog="python -m services.plot", description=__doc__)
+    parser.add_argument("run_dir", help="a run directory holding metrics.jsonl")
+    args = parser.parse_args(argv)
+    try:
+        out = plot_run(args.run_dir)
+    except (OSError, ValueError) as err:
+        print(f"relayrl: cannot plot: {err}", file=sys.stderr)
+        return 1
+    print(out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

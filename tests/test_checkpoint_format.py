@@ -1,0 +1,74 @@
+import json
+import logging
+
+import pytest
+
+from services.checkpoint import CheckpointError, CheckpointStore, latest_valid, verify
+
+
+def save(store, frames, payload=b"x" * 100):
+    staging = store.stage(frames)
+    (staging / "replay-0").mkdir()
+    (staging / "replay-0" / "obs.npy").write_bytes(payload)
+    (staging / "driver.json").write_text(json.dumps({"frames": frames}))
+    return store.commit(staging, config_digest="abc", counters={"frames": frames})
+
+
+def test_commit_writes_manifest_and_rotates(tmp_path):
+    store = CheckpointStore(tmp_path, keep=2)
+    paths = [save(store, f) for f in (100, 200, 300)]
+    assert [p.name for p in store.checkpoints()] == [paths[1].name, paths[2].name]
+    manifest = verify(paths[2])
+    assert manifest["counters"] == {"frames": 300}
+    assert set(manifest["files"]) == {"replay-0/obs.npy", "driver.json"}
+    assert not list(tmp_path.glob(".staging-*"))
+
+
+def test_truncated_file_is_refused_naming_it(tmp_path):
+    store = CheckpointStore(tmp_path)
+    path = save(store, 100)
+    target = path / "replay-0" / "obs.npy"
+    target.write_bytes(target.read_bytes()[:50])
+    with pytest.raises(CheckpointError, match="obs.npy: size 50"):
+        verify(path)
+
+
+def test_edited_manifest_and_flipped_bytes_are_refused(tmp_path):
+    store = CheckpointStore(tmp_path)
+    path = save(store, 100)
+    target = path / "replay-0" / "obs.npy"
+    target.write_bytes(b"y" * 100)  # same size, other content
+    with pytest.raises(CheckpointError, match="obs.npy: checksum"):
+        verify(path)
+    other = save(store, 200)
+    manifest = json.loads((other / "manifest.json").read_text())
+    manifest["files"]["driver.json"]["size"] += 1
+    (other / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(CheckpointError, match="driver.json: size"):
+        verify(other)
+    (other / "manifest.json").write_text("{not json")
+    with pytest.raises(CheckpointError, match="manifest.json: unreadable"):
+        verify(other)
+
+
+def test_rotation_directory_falls_back_to_previous_valid(tmp_path, caplog):
+    store = CheckpointStore(tmp_path, keep=3)
+    good = save(store, 100)
+    bad = save(store, 200)
+    (bad / "driver.json").write_text("{}")
+    with caplog.at_level(logging.WARNING):
+        path, manifest = latest_valid(tmp_path)
+    assert path == good and manifest["counters"]["frames"] == 100
+    assert any("driver.json" in r.message for r in caplog.records)
+    with pytest.raises(CheckpointError):
+        latest_valid(bad)
+
+
+def test_staging_leftover_is_ignored_and_empty_dir_refused(tmp_path):
+    store = CheckpointStore(tmp_path)
+    staging = store.stage(100)
+    (staging / "driver.json").write_text("{}")  # a crash before commit
+    with pytest.raises(CheckpointError, match="no valid checkpoint"):
+        latest_valid(tmp_path)
+    path = save(store, 100)
+    assert latest_valid(tmp_path)[0] == path

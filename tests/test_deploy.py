@@ -1,0 +1,247 @@
+"""`ray job submit` against a real head node on loopback, and the deploy/ manifests."""
+
+import contextlib
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from services.checkpoint import latest_valid
+from services.config import load_config
+from tests.conftest import ROOT
+
+PORT_FLAGS = (
+    "--port",
+    "--dashboard-port",
+    "--dashboard-agent-listen-port",
+    "--dashboard-agent-grpc-port",
+    "--runtime-env-agent-port",
+    "--metrics-export-port",
+    "--ray-client-server-port",
+    "--node-manager-port",
+    "--object-manager-port",
+)
+
+
+def free_ports(n: int) -> list[int]:
+    sockets = [socket.socket() for _ in range(n)]
+    try:
+        for sock in sockets:
+            sock.bind(("127.0.0.1", 0))
+        return [sock.getsockname()[1] for sock in sockets]
+    finally:
+        for sock in sockets:
+            sock.close()
+
+
+class Head:
+    """A `ray start --head` node on loopback with OS-chosen ports and its own temp dir."""
+
+    def __init__(self):
+        self.temp_dir = tempfile.mkdtemp(prefix="rrl-")
+        ports = dict(zip(PORT_FLAGS, free_ports(len(PORT_FLAGS)), strict=True))
+        self.dashboard = f"http://127.0.0.1:{ports['--dashboard-port']}"
+        # The job stop window covers the final checkpoint (the deploy recipes set it too).
+        self.env = dict(os.environ, RAY_AUTH_MODE="token", RAY_JOB_STOP_WAIT_TIME_S="60")
+        self.env.pop("RAY_ADDRESS", None)
+        args = [f"{flag}={port}" for flag, port in ports.items()]
+        subprocess.run(
+            [
+                "ray",
+                "start",
+                "--head",
+                "--node-ip-address=127.0.0.1",
+                "--num-cpus=8",
+                "--dashboard-host=127.0.0.1",
+                "--include-dashboard=true",
+                "--disable-usage-stats",
+                f"--temp-dir={self.temp_dir}",
+                *args,
+            ],
+            env=self.env,
+            check=True,
+            capture_output=True,
+            timeout=120,
+        )
+
+    def job(self, command, *args, timeout=120, check=True):
+        return subprocess.run(
+            ["ray", "job", command, "--address", self.dashboard, *args],
+            cwd=ROOT,
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=check,
+        )
+
+    def submit(self, *train_args) -> str:
+        """Submits the training job; retries while the job agent is still starting."""
+        deadline = time.monotonic() + 90
+        while True:
+            result = self.job(
+                "submit",
+                "--no-wait",
+                "--working-dir",
+                ".",
+                "--runtime-env",
+                "deploy/runtime_env.local.yaml",
+                "--",
+                "python",
+                "-m",
+                "services.train",
+                *train_args,
+                check=False,
+            )
+            match = re.search(r"raysubmit_\w+", result.stdout + result.stderr)
+            if result.returncode == 0 and match:
+                return match.group(0)
+            if "No available agent" not in result.stderr or time.monotonic() > deadline:
+                raise AssertionError(result.stderr[-2000:])
+            time.sleep(1)  # the head's job agent is still starting: nothing to await on
+
+    def wait(self, job_id: str, timeout=300) -> str:
+        """Follows the job's logs to the end, then returns its final status."""
+        self.job("logs", "--follow", job_id, timeout=timeout, check=False)
+        result = self.job("status", job_id)
+        status = result.stdout + result.stderr
+        states = re.findall(r"(succeeded|failed|stopped|running|pending)", status, re.I)
+        assert states, status
+        return states[-1].upper()
+
+    def logs(self, job_id: str) -> str:
+        result = self.job("logs", job_id)
+        return result.stdout + result.stderr
+
+    def pids(self) -> list[int]:
+        """Processes whose command line names this head's temp dir."""
+        found = []
+        for entry in Path("/proc").iterdir():
+            if entry.name.isdigit():
+                with contextlib.suppress(OSError):
+                    if self.temp_dir.encode() in (entry / "cmdline").read_bytes():
+                        found.append(int(entry.name))
+        return found
+
+    def stop(self):
+        """Ends this head's processes only (`ray stop` would end every Ray on the machine)."""
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            for pid in self.pids():
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, sig)
+            deadline = time.monotonic() + 20
+            while self.pids() and time.monotonic() < deadline:
+                time.sleep(0.2)  # polling process exit: there is no event to await
+        shutil.rmtree(self.temp_dir, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def head():
+    node = Head()
+    yield node
+    node.stop()
+
+
+@pytest.mark.slow
+def test_submitted_job_succeeds_and_logs_progress(head, tmp_path):
+    job_id = head.submit(
+        "--config",
+        "deploy/configs/cartpole_dqn.yaml",
+        "--set",
+        "controller.total_frames=6000",
+        "--set",
+        "controller.log_interval_s=1",
+        "--set",
+        "learner.world_size=2",
+        "--set",
+        f"run.dir={tmp_path / 'run'}",
+    )
+    assert head.wait(job_id) == "SUCCEEDED", head.logs(job_id)[-3000:]
+    logs = head.logs(job_id)
+    assert re.search(r"^frames [\d,]+/6,000 \|", logs, re.M), logs[-2000:]
+    summary = json.loads([line for line in logs.splitlines() if line.startswith("{")][-1])
+    assert summary["frames"] >= 6000 and summary["optim_steps"] > 0
+    assert (tmp_path / "run" / "metrics.jsonl").exists()
+
+
+@pytest.mark.slow
+def test_job_stop_leaves_a_checkpoint_that_resume_continues(head, tmp_path):
+    run_dir = tmp_path / "stopped"
+    job_id = head.submit(
+        "--set",
+        "controller.total_frames=10000000",
+        "--set",
+        "controller.log_interval_s=0.5",
+        "--set",
+        f"run.dir={run_dir}",
+    )
+    follow = subprocess.Popen(
+        ["ray", "job", "logs", "--address", head.dashboard, "--follow", job_id],
+        cwd=ROOT,
+        env=head.env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    try:
+        for line in follow.stdout:  # the first progress line with episodes: the job is training
+            if line.startswith("frames ") and "return -" not in line:
+                break
+        head.job("stop", job_id, timeout=120)
+    finally:
+        follow.kill()
+    assert head.wait(job_id) == "STOPPED"
+    logs = head.logs(job_id)
+    summary = json.loads([line for line in logs.splitlines() if line.startswith("{")][-1])
+    assert summary["stopped_early"] is True and summary["checkpoint"]
+    checkpoint, manifest = latest_valid(run_dir / "checkpoints")
+    assert str(checkpoint) == summary["checkpoint"]
+    assert manifest["counters"]["collected_frames"] == summary["frames"]
+
+    resumed = head.submit(
+        "--resume",
+        str(run_dir / "checkpoints"),
+        "--set",
+        f"controller.total_frames={summary['frames'] + 2000}",
+        "--set",
+        f"run.dir={tmp_path / 'resumed'}",
+    )
+    assert head.wait(resumed) == "SUCCEEDED", head.logs(resumed)[-3000:]
+    final = json.loads([ln for ln in head.logs(resumed).splitlines() if ln.startswith("{")][-1])
+    assert final["frames"] >= summary["frames"] + 2000
+    assert final["optim_steps"] > summary["optim_steps"] and final["generation"] == 1
+
+
+def test_manifests_parse_and_name_what_exists():
+    deploy = ROOT / "deploy"
+    for path in [*deploy.rglob("*.yaml"), *deploy.rglob("*.yml")]:
+        docs = list(yaml.safe_load_all(path.read_text()))
+        assert docs and all(isinstance(d, dict) for d in docs), path
+    for path in (deploy / "configs").glob("*.yaml"):
+        load_config(path)  # every shipped run config validates
+    rayjob = yaml.safe_load((deploy / "kuberay" / "rayjob.yaml").read_text())
+    spec = rayjob["spec"]
+    assert spec["shutdownAfterJobFinishes"] is True
+    entry = spec["entrypoint"].split()
+    assert entry[:3] == ["python", "-m", "services.train"]
+    assert (ROOT / entry[entry.index("--config") + 1]).exists()
+    assert yaml.safe_load(spec["runtimeEnvYAML"])["env_vars"]
+    groups = {g["groupName"] for g in spec["rayClusterSpec"]["workerGroupSpecs"]}
+    assert groups == {"collectors", "learners"}
+    cluster = yaml.safe_load((deploy / "cluster.yaml").read_text())
+    assert cluster["head_node_type"] in cluster["available_node_types"]
+    monitors = list(yaml.safe_load_all((deploy / "kuberay" / "podmonitors.yaml").read_text()))
+    assert {m["kind"] for m in monitors} == {"PodMonitor"}
+    readme = (ROOT / "README.md").read_text()
+    for path in re.findall(r"deploy/[\w./-]+\.(?:yaml|yml|json)", readme):
+        assert (ROOT / path).exists(), path
+    assert Path(ROOT / "services" / "train.py").exists()

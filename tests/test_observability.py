@@ -1,0 +1,144 @@
+"""Prometheus scrapes during a real run, dashboard and README agreement, plots."""
+
+import json
+import re
+import subprocess
+import urllib.request
+from pathlib import Path
+
+import yaml
+from prometheus_client.parser import text_string_to_metric_families
+
+from services.metrics import METRICS, exported_name, metrics_table
+from tests.conftest import PYTHON, ROOT, cli_env
+
+HISTOGRAM_SUFFIXES = ("_bucket", "_sum", "_count", "_created")
+
+
+def scrape(port: int) -> dict[str, list]:
+    """Returns {sample name: [(labels, value), ...]} from one HTTP scrape."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
+        text = response.read().decode()
+    samples: dict[str, list] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            samples.setdefault(sample.name, []).append((sample.labels, sample.value))
+    return samples
+
+
+FRAMES = "relayrl_frames_total"
+
+
+def frames_of(progress_line: str) -> int:
+    return int(progress_line.split()[1].split("/")[0].replace(",", ""))
+
+
+def value(samples, name, **labels):
+    matches = [
+        v for lab, v in samples.get(name, []) if all(lab.get(k) == x for k, x in labels.items())
+    ]
+    assert matches, f"{name} {labels} not exported"
+    return sum(matches)
+
+
+def test_scrapes_during_a_run_then_plot(tmp_path, free_port):
+    run_dir = tmp_path / "run"
+    process = subprocess.Popen(
+        [
+            PYTHON,
+            "-m",
+            "services.train",
+            "--set",
+            "controller.total_frames=16000",
+            "--set",
+            "controller.log_interval_s=0.5",
+            "--set",
+            f"metrics.port={free_port}",
+            "--set",
+            f"run.dir={run_dir}",
+        ],
+        cwd=ROOT,
+        env=cli_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    scrapes = []
+    lines = []
+    try:
+        for line in process.stdout:
+            lines.append(line)
+            ready = line.startswith("frames ") and len(scrapes) < 2 and "return -" not in line
+            # The second scrape waits for a progress line well past the first scrape's frames.
+            if ready and (not scrapes or frames_of(line) > value(scrapes[0], FRAMES) + 1000):
+                scrapes.append(scrape(free_port))
+        assert process.wait(timeout=240) == 0
+    finally:
+        process.kill()
+    assert len(scrapes) == 2, "".join(lines[-5:])
+    first, second = scrapes
+    for name in ("relayrl_frames_total", "relayrl_transitions_total", "relayrl_episodes_total"):
+        assert value(second, name) > value(first, name) > 0
+    assert value(second, "relayrl_optim_steps_total") >= value(first, "relayrl_optim_steps_total")
+    assert value(second, "relayrl_model_version") >= value(first, "relayrl_model_version")
+    assert 0.0 <= value(second, "relayrl_epsilon") <= 1.0
+    assert 8.0 <= value(second, "relayrl_episode_return") <= 500.0
+    assert value(second, "relayrl_rollout_latency_seconds_count") > 0
+    for shard in ("0", "1"):
+        assert 0 < value(second, "relayrl_replay_size", shard=shard) <= 50_000
+        assert value(second, "relayrl_replay_inserts_total", shard=shard) > 0
+    summary = json.loads(lines[-1])
+    assert summary["frames"] >= value(second, "relayrl_frames_total")
+
+    result = subprocess.run(
+        [PYTHON, "-m", "services.plot", str(run_dir)],
+        cwd=ROOT,
+        env=cli_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    png = Path(result.stdout.strip())
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
+
+
+def exporter_names() -> set[str]:
+    return {exported_name(name) for name, *_ in METRICS}
+
+
+def test_dashboard_queries_only_exported_metrics():
+    dashboard = json.loads((ROOT / "deploy/grafana/relayrl-dashboard.json").read_text())
+    exprs = [t["expr"] for panel in dashboard["panels"] for t in panel["targets"]]
+    assert len(exprs) >= 10
+    queried = set()
+    for expr in exprs:
+        for token in re.findall(r"relayrl_[a-z_]+", expr):
+            for suffix in HISTOGRAM_SUFFIXES:
+                token = token.removesuffix(suffix)
+            queried.add(token)
+    assert queried <= exporter_names(), queried - exporter_names()
+    for needed in (
+        "frames_total",
+        "update_to_data_ratio",
+        "policy_lag",
+        "episode_return",
+        "loss",
+        "replay_size",
+        "collector_restarts_total",
+    ):
+        assert any(needed in q for q in queried), needed
+
+
+def test_readme_metrics_table_matches_exporter():
+    readme = (ROOT / "README.md").read_text()
+    assert metrics_table() in readme
+    listed = set(re.findall(r"\| `(relayrl_[a-z_]+)` \|", readme))
+    assert listed == exporter_names()
+
+
+def test_prometheus_config_targets_the_driver():
+    config = yaml.safe_load((ROOT / "deploy/prometheus/prometheus.yml").read_text())
+    jobs = {job["job_name"]: job for job in config["scrape_configs"]}
+    assert jobs["relayrl-driver"]["metrics_path"] == "/metrics"
+    assert jobs["ray"]["file_sd_configs"][0]["files"]
