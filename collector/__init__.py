@@ -1,33 +1,85 @@
 """Everything that makes experience.
 
 Layout:
-    * ``env``: gymnasium vector envs (next-step autoreset) and per-env seeds derived from the run
-      seed and the collector index.
-    * ``policy``: :class:`ModelSpec` (the Q-network architecture shared with the learners) and
+    * ``config``: :class:`CollectorConfig` (envs, rollouts, n-step, actors, exploration).
+    * ``env``: vector envs in gymnasium's ``NEXT_STEP`` autoreset mode, from a gymnasium id or a
+      ``package.module:function`` factory (with ``env_kwargs``), sync or async; per-env seeds
+      derived from the run seed and the collector index.
+    * ``policy``: :class:`ModelSpec` (the Q-network shared with the learners) and
       :class:`EpsilonGreedy`, batched over envs, epsilon set by the driver on each rollout.
-    * ``rollout``: :class:`RolloutWorker`, the pure core. It drops the auto-reset steps of
-      gymnasium's ``NEXT_STEP`` mode, so no transition spans two episodes, and keeps env state
-      across rollouts. Only written transitions count as frames.
-    * ``actor``: the ``Collector`` Ray actor: applies weights only when newer by
-      ``(generation, version)``, stores the policy version in every transition, writes each
-      rollout to its replay shard with ``(writer_id, seq)`` and returns a ``RolloutReceipt``.
-    * ``group``: :class:`CollectorGroup`, named actors ``<run>.collector-<i>``, restarted by Ray;
-      it remembers which weights each collector holds so a rollout carries weights only when the
-      collector is behind.
+    * ``stochastic``: :class:`ActorCriticSpec` and categorical / Gaussian actors that store each
+      action's ``log_prob`` and the critic's ``value`` (PPO, A2C, SAC).
+    * ``nstep``: :class:`NStepBuffer`, n-step windows built collector-side.
+    * ``rollout``: :class:`RolloutWorker`, the pure core (no Ray).
+    * ``actor``: the ``Collector`` Ray actor; ``group``: :class:`CollectorGroup`.
+    * ``bench``: ``python -m collector.bench``, collectors against the raw env + policy loop.
+
+Transitions. The worker drops gymnasium's auto-reset steps, so no transition spans two
+episodes, and only written transitions count as frames. Every transition stores
+``observation, action, reward, next_observation, terminated, truncated, n_step_discount,
+policy_version`` (plus ``log_prob, value`` for stochastic actors). With ``n_step = n`` a
+transition sums ``k <= n`` discounted rewards, stopping at the episode's end; ``next_observation``
+is the observation ``k`` steps later (the terminal or truncated state if the episode ended) and
+``n_step_discount = gamma^k``, so the target is
+``reward + n_step_discount * (1 - terminated) * V(next_observation)``: a termination does not
+bootstrap, a truncation does. The last ``n - 1`` steps of a rollout wait for the next rollout, so
+rollout boundaries never cut a window. ``frame_skip`` is for counting only (the driver
+multiplies receipts' frames by it; collectors do not repeat actions).
+
+Weights. A collector applies published weights only if they are newer by
+``(generation, version)``; older ones are ignored. Every transition and every receipt carries the
+version that produced it. The group sends the newest weights it has seen with a rollout only
+when that collector is behind (or recovering from a restart).
+
+Pipelining and receipts. A collector runs two rollout threads: a rollout fetches new weights
+before taking the step lock (overlapping the previous rollout's stepping), steps, then sends its
+replay write and waits for the acknowledgement while the next rollout steps. **A
+``RolloutReceipt`` is returned only after its replay write is acknowledged**, so every counted
+frame is stored. A rollout lost to a dying collector is never counted (its write may or may not
+have been stored).
+
+Pause barrier. :meth:`CollectorGroup.pause` refuses new rollouts, waits until every rollout the
+group started has finished (so, by the rule above, every write is acknowledged), then pauses
+each actor (rollouts sent to an actor directly wait until :meth:`CollectorGroup.resume`). After
+it returns no rollout is in flight and replay write counts stay frozen until ``resume()``;
+``resume()`` continues exactly where collection stopped (same envs, episodes, sequence numbers).
+
+State. :meth:`CollectorGroup.state_dicts` / ``load_state_dicts`` (call them paused) save and
+restore each collector's counters (sequence number, frames, episodes), its exploration RNG and
+torch RNG: JSON-able values plus numpy arrays. What cannot be restored is an environment's
+mid-episode state (gymnasium envs are not serializable in general), the partial statistics of
+unfinished episodes and open n-step windows. A restore therefore resumes on fresh episodes:
+every env is reset with seeds derived from the run seed, the collector index and the restored
+sequence number (the same seeds for every restore of the same state, different from the
+run's first ones), and its writes continue from the restored sequence number under a new
+writer id (so they can never be mistaken for retries of writes the shard already holds).
+
+Restarts. Ray restarts a dead collector (``max_restarts``) from its constructor: new writer id,
+sequence numbers from 0, initial weights. The driver calls :meth:`CollectorGroup.mark_dead`
+with the failed rollout's reference; the group counts one restart per death (not per lost
+rollout) and re-sends the newest weights with the collector's next rollouts.
 """
 
 from collector.actor import Collector
-from collector.group import CollectorGroup
+from collector.config import CollectorConfig
+from collector.group import CollectorGroup, CollectorsPausedError
+from collector.nstep import NStepBuffer
 from collector.policy import EpsilonGreedy, ModelSpec
 from collector.receipts import RolloutReceipt
 from collector.rollout import RolloutBatch, RolloutWorker
+from collector.stochastic import ActorCriticSpec, StochasticActor
 
 __all__ = [
+    "ActorCriticSpec",
     "Collector",
+    "CollectorConfig",
     "CollectorGroup",
+    "CollectorsPausedError",
     "EpsilonGreedy",
     "ModelSpec",
+    "NStepBuffer",
     "RolloutBatch",
     "RolloutReceipt",
     "RolloutWorker",
+    "StochasticActor",
 ]

@@ -10,6 +10,7 @@ rollout is always stored.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 import uuid
@@ -24,6 +25,8 @@ from collector.env import env_seeds, make_vector_env
 from collector.receipts import RolloutReceipt
 from collector.rollout import RolloutWorker
 from replay.client import ReplayClient
+
+logger = logging.getLogger(__name__)
 
 # Rollout calls an actor runs at once: one steps while the previous one waits for its write ack.
 ROLLOUT_CONCURRENCY = 2
@@ -74,7 +77,7 @@ class Collector:
         torch.set_num_threads(1)
         self.collector_id = collector_id
         self.seed = seed
-        self.writer_id = f"collector-{collector_id}/{uuid.uuid4().hex[:8]}"
+        self.writer_id = self._new_writer_id()
         # Shards given by name are looked up here: Ray cannot restart an actor whose constructor
         # arguments hold actor handles if those go out of scope, and it warns about it.
         handles = [
@@ -99,6 +102,9 @@ class Collector:
         self._state = threading.Condition()
         self._active = 0
         self._paused = False
+
+    def _new_writer_id(self) -> str:
+        return f"collector-{self.collector_id}/{uuid.uuid4().hex[:8]}"
 
     @property
     def q_network(self) -> torch.nn.Module:
@@ -171,6 +177,10 @@ class Collector:
                 generation, version = self.generation, self.version
             pending = self._submit_in_order(seq, batch.transitions)
             write = ray.get(pending)
+            if write.duplicate:  # cannot happen with a fresh writer id; would mean lost frames
+                logger.warning(
+                    "collector %d: write %d acknowledged as a duplicate", self.collector_id, seq
+                )
             return RolloutReceipt(
                 collector_id=self.collector_id,
                 seq=seq,
@@ -259,11 +269,12 @@ class Collector:
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Restores counters and RNGs, and restarts every env on a fresh, re-seeded episode.
 
-        The writer id keeps this incarnation's token, so restored sequence numbers can never
+        The collector takes a new writer id, so restored sequence numbers can never
         be mistaken for retries of writes already stored.
 
         Raises:
             ValueError: If the state belongs to another collector or another shape of one.
+            RuntimeError: If a rollout is running (pause first).
         """
         expected = {
             "format": STATE_FORMAT,
@@ -274,8 +285,11 @@ class Collector:
         for key, value in expected.items():
             if state.get(key) != value:
                 raise ValueError(f"{key}: state has {state.get(key)!r}, collector has {value!r}")
-        with self._step_lock:
+        with self._state, self._step_lock:
+            if self._active:
+                raise RuntimeError(f"collector {self.collector_id}: pause before loading state")
             self.seq = int(state["seq"])
+            self.writer_id = self._new_writer_id()
             with self._submitted:
                 self._next_submit = self.seq
             self.worker.frames = int(state["frames"])

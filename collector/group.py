@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import collections
+import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import ray
 
 from collector.actor import CONCURRENCY_GROUPS, ROLLOUT_CONCURRENCY, Collector
+
+logger = logging.getLogger(__name__)
 
 # Recent rollouts whose issue-time death count is remembered (for mark_dead's dedup).
 ISSUED_MEMORY = 4096
@@ -217,12 +220,21 @@ class CollectorGroup:
             self._inflight.difference_update(done)
             if self._inflight:
                 raise TimeoutError(f"{len(self._inflight)} rollouts still in flight")
-        ray.get([a.pause.remote(timeout) for a in self.actors])
+        self._each_actor("pause", timeout)
 
     def resume(self) -> None:
         """Ends the pause: collectors continue from where they stopped."""
-        ray.get([a.resume.remote() for a in self.actors])
+        self._each_actor("resume")
         self.paused = False
+
+    def _each_actor(self, method: str, *args) -> None:
+        """Calls ``method`` on every collector; a dead one is skipped (it holds no rollout)."""
+        refs = [getattr(a, method).remote(*args) for a in self.actors]
+        for index, ref in enumerate(refs):
+            try:
+                ray.get(ref)
+            except ray.exceptions.RayActorError as err:
+                logger.warning("collector %d unavailable during %s: %s", index, method, err)
 
     def sync_weights(self, weights, timeout: float = 60.0) -> None:
         """Hands ``weights`` to every collector that is behind and waits until applied."""

@@ -131,6 +131,9 @@ def test_state_dict_round_trip_restarts_fresh_episodes(pair):
         replays.append(ray.get(group.rollout(0, 512, 1.0)))
     first, second = replays
     assert first.seq == second.seq == state[0]["seq"]  # counters restored
+    # Each restore writes under a new writer id: restored sequence numbers are not retries.
+    assert first.writes[0].writer_id != second.writes[0].writer_id
+    assert not first.writes[0].duplicate and not second.writes[0].duplicate
     # Same RNG state and the same re-seeded fresh episodes: the same rollout.
     assert first.episode_lengths == second.episode_lengths and first.episode_lengths
     assert first.frames == second.frames
