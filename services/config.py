@@ -60,6 +60,11 @@ class ControllerConfig:
         return_milestones: Returns whose first crossing by the running mean is reported in the
             summary (frames and seconds), e.g. CartPole's 475.
         stop_return: Stop early once the running mean reaches this return (None: never).
+        early_stop_metric: Stop when this logged metric stops improving (None: off), e.g.
+            ``episode_return_mean`` or ``learner.loss_q``; NaN or infinite values stop at once.
+        early_stop_mode: ``max`` or ``min``: which direction is an improvement.
+        early_stop_patience_frames: Frames without improvement before stopping.
+        early_stop_min_delta: Smallest change that counts as an improvement.
     """
 
     total_frames: int = 80_000
@@ -71,6 +76,10 @@ class ControllerConfig:
     episode_window: int = 20
     return_milestones: tuple[float, ...] = (150.0, 475.0)
     stop_return: float | None = None
+    early_stop_metric: str | None = None
+    early_stop_mode: str = "max"
+    early_stop_patience_frames: int = 50_000
+    early_stop_min_delta: float = 0.0
 
     def __post_init__(self) -> None:
         checks = [
@@ -91,6 +100,18 @@ class ControllerConfig:
             (self.max_lag_steps >= 1, "max_lag_steps", "must be >= 1", self.max_lag_steps),
             (self.log_interval_s > 0, "log_interval_s", "must be > 0", self.log_interval_s),
             (self.episode_window >= 1, "episode_window", "must be >= 1", self.episode_window),
+            (
+                self.early_stop_mode in ("max", "min"),
+                "early_stop_mode",
+                "must be one of ('max', 'min')",
+                self.early_stop_mode,
+            ),
+            (
+                self.early_stop_patience_frames >= 0,
+                "early_stop_patience_frames",
+                "must be >= 0",
+                self.early_stop_patience_frames,
+            ),
         ]
         for ok, field, rule, value in checks:
             if not ok:

@@ -35,6 +35,7 @@ from replay.shard import remote_shards
 from services.checkpoint import CheckpointStore, latest_valid
 from services.checkpointing import restore_learners, restore_services, save_cut
 from services.config import RunConfig
+from services.early_stop import EarlyStopping
 from services.spec import model_spec_for
 from services.stats import EpisodeWindow, RateMeter, RunCounters
 
@@ -86,6 +87,18 @@ class Controller:
         self.pending_round: PendingRound | None = None
         self.stop_requested = False
         self.milestones: dict[float, dict] = {}
+        ctrl = config.controller
+        self.early_stopping = (
+            EarlyStopping(
+                ctrl.early_stop_metric,
+                ctrl.early_stop_mode,
+                ctrl.early_stop_patience_frames,
+                ctrl.early_stop_min_delta,
+            )
+            if ctrl.early_stop_metric
+            else None
+        )
+        self.stop_reason: str | None = None
         self.last_learner_metrics: dict[str, float] = {}
         self.started_at = time.perf_counter()
         self.wall_s = 0.0
@@ -201,9 +214,20 @@ class Controller:
             ray.kill(shard, no_restart=True)
         self.shards = []
 
-    def request_stop(self) -> None:
+    def request_stop(self, reason: str = "stop requested") -> None:
         """Asks the loop to stop at the next boundary (signal-safe)."""
+        if not self.stop_requested:
+            self.stop_reason = reason
         self.stop_requested = True
+
+    def _check_early_stop(self, snapshot: dict) -> None:
+        if self.early_stopping is None or self.stop_requested:
+            return
+        value = self.early_stopping.value_in(snapshot)
+        reason = self.early_stopping.update(self.counters.collected_frames, value)
+        if reason is not None:
+            logger.warning("early stop: %s", reason)
+            self.request_stop(f"early stop: {reason}")
 
     def run(self) -> dict:
         """Sets up (if needed), trains until done or stopped, shuts down; returns the summary."""
@@ -303,7 +327,7 @@ class Controller:
                 }
         if ctrl.stop_return is not None and mean >= ctrl.stop_return and not self.stop_requested:
             logger.info("running mean return %.1f reached stop_return; stopping", mean)
-            self.request_stop()
+            self.request_stop(f"running mean return {mean:.1f} reached stop_return")
 
     def _on_round(self) -> None:
         try:
@@ -323,6 +347,7 @@ class Controller:
         if receipt.published is not None:
             self._accept_weights(receipt.published)
         self.last_learner_metrics = receipt.metrics
+        self._check_early_stop({"learner": receipt.metrics})
         self.emit("round", receipt)
 
     def _accept_weights(self, weights: PublishedWeights, *, force: bool = False) -> None:
@@ -379,7 +404,9 @@ class Controller:
             if not self.wait_and_process(ctrl.log_interval_s):
                 break  # nothing in flight and nothing owed: budget reached or stop requested
             if time.perf_counter() >= next_progress:
-                self.emit("progress", self.snapshot())
+                snapshot = self.snapshot()
+                self._check_early_stop(snapshot)
+                self.emit("progress", snapshot)
                 next_progress = time.perf_counter() + ctrl.log_interval_s
         if self.weights is not None:
             self.collectors.sync_weights(self.weights)  # collectors end on the newest version
@@ -431,5 +458,6 @@ class Controller:
             "updates_per_s": round(c.optim_steps / max(wall, 1e-9), 1),
             "collector_failures": c.collector_failures,
             "stopped_early": self.stop_requested,
+            "stop_reason": self.stop_reason,
             "return_milestones": {f"{k:g}": v for k, v in sorted(self.milestones.items())},
         }

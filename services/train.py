@@ -95,7 +95,7 @@ def install_signal_handlers(controller: Controller) -> None:
             logger.warning("second signal: exiting now")
             raise KeyboardInterrupt
         logger.warning("signal %d: stopping at the next boundary", signum)
-        controller.request_stop()
+        controller.request_stop(f"signal {signum}")
 
     signal.signal(signal.SIGINT, handle)
     signal.signal(signal.SIGTERM, handle)
