@@ -149,11 +149,14 @@ class MetricsConfig:
         enabled: Serve ``/metrics``.
         host: Bind address (loopback unless you mean to expose it).
         port: Port; 0 lets the OS choose (the address is logged).
+        tensorboard: Also write TensorBoard scalars to ``<run dir>/tensorboard`` (needs the
+            ``tensorboard`` extra).
     """
 
     enabled: bool = True
     host: str = "127.0.0.1"
     port: int = 0
+    tensorboard: bool = False
 
     def __post_init__(self) -> None:
         if not 0 <= self.port < 65536:

@@ -30,6 +30,7 @@ from services.metrics import MetricsExporter
 from services.progress import ProgressReporter
 from services.rundir import RunLog, resolve_run_dir
 from services.spec import model_spec_for
+from services.tensorboard import TensorBoardLogger
 
 logger = logging.getLogger("relayrl")
 
@@ -133,6 +134,9 @@ def main(argv: list[str] | None = None) -> int:
         exporter.attach(controller)
     progress = ProgressReporter()
     controller.register("progress", progress)
+    tensorboard = TensorBoardLogger(run_dir / "tensorboard") if config.metrics.tensorboard else None
+    if tensorboard is not None:
+        controller.register("progress", tensorboard)
     controller.register("progress", lambda _, snapshot: run_log.write(snapshot))
     install_signal_handlers(controller)
     try:
@@ -142,6 +146,8 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     finally:
         progress.close()
+        if tensorboard is not None:
+            tensorboard.close()
         if exporter is not None:
             exporter.close()
         run_log.close()

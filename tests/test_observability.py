@@ -142,3 +142,34 @@ def test_prometheus_config_targets_the_driver():
     jobs = {job["job_name"]: job for job in config["scrape_configs"]}
     assert jobs["relayrl-driver"]["metrics_path"] == "/metrics"
     assert jobs["ray"]["file_sd_configs"][0]["files"]
+
+
+def test_tensorboard_logger_writes_scalars_against_frames(tmp_path):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from services.tensorboard import TensorBoardLogger
+
+    logger = TensorBoardLogger(tmp_path)
+    for frames, ret in ((1000, 20.0), (2000, 35.5)):
+        logger(
+            None,
+            {
+                "frames": frames,
+                "episode_return_mean": ret,
+                "episode_length_mean": ret,
+                "frames_per_s": 900.0,
+                "updates_per_s": 450.0,
+                "epsilon": 0.5,
+                "update_to_data": 0.5,
+                "learner": {"loss_q": 0.25, "grad_norm": float("nan")},
+                "replay": [{"shard_id": 0, "size": frames}],
+            },
+        )
+    logger.close()
+    events = EventAccumulator(str(tmp_path))
+    events.Reload()
+    scalars = events.Tags()["scalars"]
+    assert {"episode/return", "learner/loss_q", "replay/size/0"} <= set(scalars)
+    assert "learner/grad_norm" not in scalars  # non-finite values are skipped
+    returns = events.Scalars("episode/return")
+    assert [(e.step, e.value) for e in returns] == [(1000, 20.0), (2000, 35.5)]
