@@ -185,6 +185,11 @@ class RunConfig:
             raise ValueError(
                 "learner.update_priorities: must be true with replay.sampler=prioritized, got False"
             )
+        if self.collector.gamma != self.learner.gamma:
+            raise ValueError(
+                f"collector.gamma: must equal learner.gamma={self.learner.gamma} (n-step returns "
+                f"are discounted collector-side), got {self.collector.gamma}"
+            )
         if self.replay.sampler == "fifo":
             raise ValueError(
                 "replay.sampler: the DQN controller needs uniform or prioritized (fifo is for "

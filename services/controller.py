@@ -300,7 +300,7 @@ class Controller:
             receipt: RolloutReceipt = ray.get(ref)
         except ray.exceptions.RayActorError as err:
             self.counters.collector_failures += 1
-            self.collectors.mark_dead(index)
+            self.collectors.mark_dead(index, ref)  # one death fails several rollouts
             if self.collectors.restarts > self.config.collector.max_restarts * len(self.collectors):
                 raise RuntimeError(f"collectors died too often; last: {err}") from err
             logger.warning("collector %d died; its rollout is not counted (%s)", index, err)
