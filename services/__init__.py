@@ -3,11 +3,22 @@
 Layout:
     * ``config``: :class:`RunConfig`, the frozen per-component configs composed into one, loaded
       from YAML plus ``--set`` overrides and validated before any actor starts.
-    * ``controller``: :class:`Controller`, the thin frame-accounting loop (see its docstring).
-    * ``stats``: driver counters and the episode window.
-    * ``metrics``: the Prometheus exporter (``relayrl_*``), fed by controller hooks.
-    * ``rundir``: the run directory (resolved ``config.yaml``, ``metrics.jsonl``).
-    * ``train``: the CLI, ``python -m services.train``.
+    * ``spec``: the Q-network spec read from the env's spaces.
+    * ``controller``: :class:`Controller`, the thin frame-accounting loop (see its docstring):
+      receipts in, counters and references out, never batches.
+    * ``stats``: driver counters, the episode window, rates; ``early_stop``: early stopping on
+      a logged metric.
+    * ``checkpoint``: the on-disk format (staging directory, manifest with sizes and SHA-256
+      written last, atomic rename, rotation, verification, newest-valid fallback);
+      ``checkpointing``: the consistent cut (drain, pause barrier, parallel dumps) and the
+      ordered restore (replay, collectors, driver counters, learners as a new generation);
+      ``statefile``: JSON + ``.npz`` states without pickle.
+    * ``metrics``: the Prometheus exporter (``relayrl_*``), fed by controller hooks;
+      ``progress``: tqdm bar or plain lines; ``tensorboard``: optional scalars;
+      ``rundir``: the run directory (``config.yaml``, ``metrics.jsonl``); ``plot``:
+      ``python -m services.plot RUN_DIR``.
+    * ``train``: the CLI, ``python -m services.train`` (``--config``, ``--set``, ``--resume``).
+    * ``checkpoint_bench``: ``python -m services.checkpoint_bench``.
 
 Nothing outside ``services`` imports it.
 """
