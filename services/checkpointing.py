@@ -191,3 +191,23 @@ def restore_learners(controller, checkpoint: Path) -> int:
     counters.model_version = version
     counters.optim_steps = version
     return version
+
+
+def recover_learners(controller, error: Exception) -> None:
+    """A learner rank died: restore the group from the latest checkpoint as a new generation."""
+    if controller.last_checkpoint is None:
+        raise RuntimeError(
+            f"a learner rank died and there is no checkpoint to restore it from: {error}"
+        ) from error
+    logger.warning(
+        "learner generation %d failed (%s); restoring from %s",
+        controller.counters.generation,
+        error,
+        controller.last_checkpoint,
+    )
+    controller.pending_round = None
+    controller.learners.shutdown()
+    controller.counters.generation += 1
+    controller.learners = controller.start_learners()
+    restore_learners(controller, controller.last_checkpoint)
+    controller.accept_weights(controller.learners.publish(), force=True)

@@ -32,8 +32,14 @@ from learner.group import LearnerGroup, PendingRound
 from learner.receipts import ProtocolError, PublishedWeights, StepReceipt
 from replay.client import ReplayClient
 from replay.shard import remote_shards
+from services import report
 from services.checkpoint import CheckpointStore, latest_valid
-from services.checkpointing import restore_learners, restore_services, save_cut
+from services.checkpointing import (
+    recover_learners,
+    restore_learners,
+    restore_services,
+    save_cut,
+)
 from services.config import RunConfig
 from services.early_stop import EarlyStopping
 from services.spec import model_spec_for
@@ -102,7 +108,7 @@ class Controller:
         self.last_learner_metrics: dict[str, float] = {}
         self.started_at = time.perf_counter()
         self.wall_s = 0.0
-        self._rates = RateMeter()
+        self.rates = RateMeter()
 
     # -- hooks -------------------------------------------------------------------------------
     def register(self, event: str, hook: Hook) -> None:
@@ -148,7 +154,7 @@ class Controller:
             checkpoint, _ = latest_valid(self.resume_from)
             restore_services(self, checkpoint)  # replay, collectors, driver counters
             self.counters.generation += 1
-        self.learners = self._start_learners()
+        self.learners = self.start_learners()
         if checkpoint is not None:
             restore_learners(self, checkpoint)
             self.last_checkpoint = checkpoint
@@ -159,13 +165,14 @@ class Controller:
                 self.counters.model_version,
                 self.counters.generation,
             )
-        self._accept_weights(self.learners.publish(), force=True)
+        self.accept_weights(self.learners.publish(), force=True)
         self.collectors.sync_weights(self.weights)
         self.started_at = time.perf_counter()
-        self._rates = RateMeter()
+        self.rates = RateMeter()
         self.emit("setup")
 
-    def _start_learners(self) -> LearnerGroup:
+    def start_learners(self) -> LearnerGroup:
+        """Starts a learner group of the current generation."""
         cfg = self.config
         return LearnerGroup(
             cfg.run.name,
@@ -181,25 +188,6 @@ class Controller:
         if self.checkpoints is None:
             return None
         return save_cut(self, self.checkpoints)
-
-    def _recover_learners(self, error: Exception) -> None:
-        """A learner rank died: restore the group from the latest checkpoint as a new generation."""
-        if self.last_checkpoint is None:
-            raise RuntimeError(
-                f"a learner rank died and there is no checkpoint to restore it from: {error}"
-            ) from error
-        logger.warning(
-            "learner generation %d failed (%s); restoring from %s",
-            self.counters.generation,
-            error,
-            self.last_checkpoint,
-        )
-        self.pending_round = None
-        self.learners.shutdown()
-        self.counters.generation += 1
-        self.learners = self._start_learners()
-        restore_learners(self, self.last_checkpoint)
-        self._accept_weights(self.learners.publish(), force=True)
 
     def shutdown(self) -> None:
         """Stops every actor this controller started (idempotent)."""
@@ -311,23 +299,8 @@ class Controller:
         c.rollouts += 1
         c.episodes += len(receipt.episode_returns)
         self.episodes.extend(receipt.episode_returns, receipt.episode_lengths)
-        self._check_milestones()
+        report.update_milestones(self)
         self.emit("rollout", receipt)
-
-    def _check_milestones(self) -> None:
-        ctrl = self.config.controller
-        mean = self.episodes.return_mean
-        if math.isnan(mean) or len(self.episodes.returns) < ctrl.episode_window:
-            return
-        for threshold in ctrl.return_milestones:
-            if mean >= threshold and threshold not in self.milestones:
-                self.milestones[threshold] = {
-                    "frames": self.counters.collected_frames,
-                    "wall_s": round(time.perf_counter() - self.started_at, 3),
-                }
-        if ctrl.stop_return is not None and mean >= ctrl.stop_return and not self.stop_requested:
-            logger.info("running mean return %.1f reached stop_return; stopping", mean)
-            self.request_stop(f"running mean return {mean:.1f} reached stop_return")
 
     def _on_round(self) -> None:
         try:
@@ -337,7 +310,7 @@ class Controller:
             # between live ranks is a bug and stays fatal.
             if not isinstance(err.__cause__, ray.exceptions.RayError | TimeoutError):
                 raise
-            self._recover_learners(err)
+            recover_learners(self, err)
             return
         self.pending_round = None
         c = self.counters
@@ -345,12 +318,13 @@ class Controller:
         c.model_version = receipt.model_version
         c.rounds += 1
         if receipt.published is not None:
-            self._accept_weights(receipt.published)
+            self.accept_weights(receipt.published)
         self.last_learner_metrics = receipt.metrics
         self._check_early_stop({"learner": receipt.metrics})
         self.emit("round", receipt)
 
-    def _accept_weights(self, weights: PublishedWeights, *, force: bool = False) -> None:
+    def accept_weights(self, weights: PublishedWeights, *, force: bool = False) -> None:
+        """Keeps ``weights`` if newer by (generation, version), or always with ``force``."""
         if not force and self.weights is not None and weights.key <= self.weights.key:
             return
         self.weights = weights
@@ -417,47 +391,9 @@ class Controller:
 
     # -- reporting ---------------------------------------------------------------------------
     def snapshot(self) -> dict:
-        """Counters and rates for progress lines and metrics."""
-        c = self.counters
-        rates = self._rates.rates(frames=c.collected_frames, steps=c.optim_steps)
-        return {
-            "frames": c.collected_frames,
-            "total_frames": self.config.controller.total_frames,
-            "frames_per_s": rates["frames"],
-            "optim_steps": c.optim_steps,
-            "updates_per_s": rates["steps"],
-            "model_version": c.model_version,
-            "published_version": c.published_version,
-            "episodes": c.episodes,
-            "episode_return_mean": self.episodes.return_mean,
-            "episode_length_mean": self.episodes.length_mean,
-            "epsilon": self.epsilon(),
-            "elapsed_s": time.perf_counter() - self.started_at,
-            "generation": c.generation,
-            "update_to_data": c.optim_steps / max(c.collected_frames, 1),
-            "learner": dict(self.last_learner_metrics),
-            "replay": self.replay.stats() if self.replay is not None and self.shards else [],
-        }
+        """Counters and rates for progress lines and metrics (see ``services.report``)."""
+        return report.snapshot(self)
 
     def summary(self) -> dict:
         """The run's final figures (the CLI prints them as its last line of JSON)."""
-        c = self.counters
-        wall = self.wall_s or (time.perf_counter() - self.started_at)
-        mean = self.episodes.return_mean
-        return {
-            "frames": c.collected_frames,
-            "transitions": c.transitions,
-            "optim_steps": c.optim_steps,
-            "model_version": c.model_version,
-            "published_version": c.published_version,
-            "generation": c.generation,
-            "episodes": c.episodes,
-            "episode_return_mean": None if math.isnan(mean) else round(mean, 3),
-            "wall_s": round(wall, 3),
-            "frames_per_s": round(c.collected_frames / max(wall, 1e-9), 1),
-            "updates_per_s": round(c.optim_steps / max(wall, 1e-9), 1),
-            "collector_failures": c.collector_failures,
-            "stopped_early": self.stop_requested,
-            "stop_reason": self.stop_reason,
-            "return_milestones": {f"{k:g}": v for k, v in sorted(self.milestones.items())},
-        }
+        return report.summary(self)
