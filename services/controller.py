@@ -59,6 +59,9 @@ class Controller:
 
     Keyword Args:
         model_spec: Q-network spec; read from the env when omitted.
+        checkpoint_root: Rotation directory when ``checkpoint.dir`` is not set (None and no
+            ``checkpoint.dir``: checkpoints off).
+        resume_from: A checkpoint or rotation directory to restore in :meth:`setup`.
 
     Examples:
         >>> config = load_config(overrides=["controller.total_frames=5000"])
