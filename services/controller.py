@@ -96,17 +96,7 @@ class Controller:
         self.pending_round: PendingRound | None = None
         self.stop_requested = False
         self.milestones: dict[float, dict] = {}
-        ctrl = config.controller
-        self.early_stopping = (
-            EarlyStopping(
-                ctrl.early_stop_metric,
-                ctrl.early_stop_mode,
-                ctrl.early_stop_patience_frames,
-                ctrl.early_stop_min_delta,
-            )
-            if ctrl.early_stop_metric
-            else None
-        )
+        self.early_stopping = EarlyStopping.from_config(config.controller)
         self.stop_reason: str | None = None
         self.last_learner_metrics: dict[str, float] = {}
         self.started_at = time.perf_counter()

@@ -41,6 +41,19 @@ class EarlyStopping:
         self.best: float | None = None
         self.best_frames = 0
 
+    @classmethod
+    def from_config(cls, controller_config) -> EarlyStopping | None:
+        """The stopper of a ``ControllerConfig``; None when ``early_stop_metric`` is unset."""
+        c = controller_config
+        if not c.early_stop_metric:
+            return None
+        return cls(
+            c.early_stop_metric,
+            c.early_stop_mode,
+            c.early_stop_patience_frames,
+            c.early_stop_min_delta,
+        )
+
     def value_in(self, snapshot: dict) -> float | None:
         """The metric's value in a snapshot (None when absent)."""
         node = snapshot
