@@ -31,12 +31,16 @@ Weights. A collector applies published weights only if they are newer by
 version that produced it. The group sends the newest weights it has seen with a rollout only
 when that collector is behind (or recovering from a restart).
 
-Pipelining and receipts. A collector runs two rollout threads: a rollout fetches new weights
-before taking the step lock (overlapping the previous rollout's stepping), steps, then sends its
-replay write and waits for the acknowledgement while the next rollout steps. **A
-``RolloutReceipt`` is returned only after its replay write is acknowledged**, so every counted
-frame is stored. A rollout lost to a dying collector is never counted (its write may or may not
-have been stored).
+Pipelining and receipts. A collector runs two rollout calls at once and one stepper thread.
+The stepper does a rollout's serial work in one go (fetch and apply newer weights, step, send
+the replay write in sequence order); the calling thread only waits for the write's
+acknowledgement, while the stepper already steps the next rollout. Keeping every other Python
+thread of the process off the GIL during stepping is what makes collection nearly free: each
+time another thread takes the GIL, the stepping thread waits to get it back (see
+``collector.actor``). Writes of up to ``collector.group.INLINE_WRITE_BYTES`` (1 MiB) travel
+inline in the shard call instead of through the object store. **A ``RolloutReceipt`` is
+returned only after its replay write is acknowledged**, so every counted frame is stored. A
+rollout lost to a dying collector is never counted (its write may or may not have been stored).
 
 Pause barrier. :meth:`CollectorGroup.pause` refuses new rollouts, waits until every rollout the
 group started has finished (so, by the rule above, every write is acknowledged), then pauses

@@ -15,26 +15,31 @@ Frames are counted alike on both sides: transitions, that is env steps other tha
 auto-reset steps (in ``NEXT_STEP`` mode an env spends one step on each reset, which yields no
 transition; a collector cannot write it and the raw loop does not count it).
 
-All four figures are measured in alternation for ``--rounds`` rounds on one Ray instance; each
-figure is the median over rounds. The raw loops run in Ray actor processes (their loop makes no
-Ray call), so the OS schedules them exactly like collectors: Ray starts workers at niceness 15,
-and on Linux with autogroup scheduling all processes of a session share one CPU share; on a
-machine shared with other work, a raw loop in a plain process would get more CPU than any Ray
-worker and the ratio would measure priority rather than collection overhead.
+Raw and collector figures alternate on one Ray instance, first for one copy, then for two:
+``R C R C ... C R`` with ``--rounds`` collector figures per block, each lying between two raw
+figures. The raw loops run in Ray actor processes (their loop makes no Ray call), so the OS
+schedules them exactly like collectors: Ray starts workers at niceness 15, and on Linux with
+autogroup scheduling all processes of a session share one CPU share; on a machine shared with
+other work, a raw loop in a plain process would get more CPU than any Ray worker and the ratio
+would measure priority rather than collection overhead.
 ``ratio_one`` is one collector over one raw loop, ``ratio_two`` two collectors over two parallel
-raw loops (on a machine whose cores do not add up, N collectors compete like N raw loops do);
-each is the median over rounds of the round's ratio (collector figure over the raw figure
-measured just before it), so load from other work that drifts between rounds cancels.
-Rollouts default to 8192 frames: a rollout's fixed costs (the replay write through the object
-store, the receipt, the driver's round trip) are paid once per rollout; 2048-frame rollouts
-measured about 0.8 of the raw loop on the 2-core development machine. The last line of output
-is one JSON object.
+raw loops (on a machine whose cores do not add up, N collectors compete like N raw loops do).
+Each round's ratio sets the collector figure against the mean of the raw figures just before and
+just after it (its bracket), so load from other work that drifts during the round cancels to
+first order; ``ratio_one`` and ``ratio_two`` are the medians over rounds, and
+``ratio_one_rounds`` / ``ratio_two_rounds`` list every round's ratio. The ``*_fps`` figures are
+medians over their block.
+Rollouts default to 8192 frames: a rollout's fixed costs (the replay write, the receipt, the
+driver's round trip, the shard's call) are paid once per rollout; 2048-frame rollouts measured
+about 0.8 of the raw loop on the 2-core development machine. The last line of output is one
+JSON object.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import itertools
 import json
 import logging
 import statistics
@@ -188,7 +193,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=2.0, help="measured seconds per figure")
     parser.add_argument("--warmup-s", type=float, default=0.5, help="collector warm-up seconds")
-    parser.add_argument("--rounds", type=int, default=5, help="alternating measurement rounds")
+    parser.add_argument("--rounds", type=int, default=7, help="alternating measurement rounds")
     parser.add_argument("--envs", type=int, default=8, help="envs per loop / collector")
     parser.add_argument("--rollout-frames", type=int, default=8192, help="frames per rollout")
     parser.add_argument("--max-inflight", type=int, default=2, help="rollouts per collector")
@@ -208,38 +213,39 @@ def main(argv: list[str] | None = None) -> dict:
     )
     raw = RawLoops(2, args.envs, args.epsilon)
     rigs = {1: CollectorRig("bench1", 1, args), 2: CollectorRig("bench2", 2, args)}
-    figures: dict[str, list[float]] = {
-        "raw_loop_fps": [],
-        "one_collector_fps": [],
-        "raw_loop_x2_fps": [],
-        "two_collectors_fps": [],
-    }
+    names = {1: ("raw_loop_fps", "one_collector_fps"), 2: ("raw_loop_x2_fps", "two_collectors_fps")}
+    figures: dict[str, list[float]] = {name: [] for pair in names.values() for name in pair}
     try:
-        for round_index in range(args.rounds):
-            figures["raw_loop_fps"].append(raw.measure(1, args.seconds))
-            figures["one_collector_fps"].append(rigs[1].measure(args.seconds, args.warmup_s))
-            figures["raw_loop_x2_fps"].append(raw.measure(2, args.seconds))
-            figures["two_collectors_fps"].append(rigs[2].measure(args.seconds, args.warmup_s))
-            logger.info(
-                "round %d: %s",
-                round_index,
-                {k: round(v[-1]) for k, v in figures.items()},
-            )
+        # Raw and collector figures alternate, R C R C ... R, one block per collector count, so
+        # every collector figure lies between two raw figures (its bracket).
+        for copies, (raw_name, collector_name) in names.items():
+            figures[raw_name].append(raw.measure(copies, args.seconds))
+            for round_index in range(args.rounds):
+                figures[collector_name].append(rigs[copies].measure(args.seconds, args.warmup_s))
+                figures[raw_name].append(raw.measure(copies, args.seconds))
+                logger.info(
+                    "x%d round %d: raw %.0f, collectors %.0f, raw %.0f",
+                    copies,
+                    round_index,
+                    figures[raw_name][-2],
+                    figures[collector_name][-1],
+                    figures[raw_name][-1],
+                )
     finally:
         for rig in rigs.values():
             rig.close()
         raw.close()
         ray.shutdown()
     result = {k: round(statistics.median(v), 1) for k, v in figures.items()}
-    # Each round's collector figure over the raw figure measured just before it, so load that
-    # drifts between rounds cancels; the median over rounds.
-    pairs = {
-        "ratio_one": ("one_collector_fps", "raw_loop_fps"),
-        "ratio_two": ("two_collectors_fps", "raw_loop_x2_fps"),
-    }
-    for name, (top, bottom) in pairs.items():
-        ratios = [a / b for a, b in zip(figures[top], figures[bottom], strict=True)]
+    # Each collector figure is set against the mean of the raw figures measured just before
+    # and just after it, so load that drifts across the round cancels to first order; the
+    # ratio is the median over rounds.
+    ratio_names = ("ratio_one", "ratio_two")
+    for name, (raw_name, collector_name) in zip(ratio_names, names.values(), strict=True):
+        brackets = [(a + b) / 2 for a, b in itertools.pairwise(figures[raw_name])]
+        ratios = [c / r for c, r in zip(figures[collector_name], brackets, strict=True)]
         result[name] = round(statistics.median(ratios), 3)
+        result[f"{name}_rounds"] = [round(r, 3) for r in ratios]
     result.update(
         envs=args.envs,
         rollout_frames=args.rollout_frames,
