@@ -13,8 +13,14 @@ waits to get it back. On the 2-core development machine a helper thread that mer
 times a second slowed a raw stepping loop by about 4% (1,000 times: 11%). When rollout threads
 fetched weights and serialized writes concurrently with stepping, the stepping thread was
 switched out about 240 times a second; doing that work on the stepper, between rollouts, costs
-well under 1% of its time. Small replay writes also skip the object store (see
-``collector.group.INLINE_WRITE_BYTES``).
+well under 1% of its time (about 105 switches a second remain). Small replay writes also skip
+the object store (see ``collector.group.INLINE_WRITE_BYTES``).
+
+What remains: in a threaded actor, Ray's main thread takes the GIL every 10 ms to check for
+signals (``CoreWorker.CheckSignal``), about 60 switches a second; the same raw loop run inside a
+threaded actor measured 6-8% slower than in a plain one. A plain (single-threaded) actor avoids
+it, but could then neither overlap write acknowledgements with stepping nor answer control calls
+(pause, weights, state) during a rollout.
 """
 
 from __future__ import annotations
