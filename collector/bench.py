@@ -213,12 +213,16 @@ def main(argv: list[str] | None = None) -> dict:
     )
     raw = RawLoops(2, args.envs, args.epsilon)
     rigs = {1: CollectorRig("bench1", 1, args), 2: CollectorRig("bench2", 2, args)}
-    names = {1: ("raw_loop_fps", "one_collector_fps"), 2: ("raw_loop_x2_fps", "two_collectors_fps")}
-    figures: dict[str, list[float]] = {name: [] for pair in names.values() for name in pair}
+    # copies -> (raw figure, collector figure, ratio)
+    names = {
+        1: ("raw_loop_fps", "one_collector_fps", "ratio_one"),
+        2: ("raw_loop_x2_fps", "two_collectors_fps", "ratio_two"),
+    }
+    figures: dict[str, list[float]] = {name: [] for row in names.values() for name in row[:2]}
     try:
         # Raw and collector figures alternate, R C R C ... R, one block per collector count, so
         # every collector figure lies between two raw figures (its bracket).
-        for copies, (raw_name, collector_name) in names.items():
+        for copies, (raw_name, collector_name, _) in names.items():
             figures[raw_name].append(raw.measure(copies, args.seconds))
             for round_index in range(args.rounds):
                 figures[collector_name].append(rigs[copies].measure(args.seconds, args.warmup_s))
@@ -240,8 +244,7 @@ def main(argv: list[str] | None = None) -> dict:
     # Each collector figure is set against the mean of the raw figures measured just before
     # and just after it, so load that drifts across the round cancels to first order; the
     # ratio is the median over rounds.
-    ratio_names = ("ratio_one", "ratio_two")
-    for name, (raw_name, collector_name) in zip(ratio_names, names.values(), strict=True):
+    for raw_name, collector_name, name in names.values():
         brackets = [(a + b) / 2 for a, b in itertools.pairwise(figures[raw_name])]
         ratios = [c / r for c, r in zip(figures[collector_name], brackets, strict=True)]
         result[name] = round(statistics.median(ratios), 3)

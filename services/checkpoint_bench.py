@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 import ray
 
+from learner.bench import transitions as random_transitions
 from services.checkpoint import verify
 from services.checkpointing import restore_learners, restore_services
 from services.config import load_config
@@ -32,15 +33,7 @@ def fill(controller: Controller, transitions: int, chunk: int = 50_000) -> None:
     shards = len(controller.shards)
     for seq, start in enumerate(range(0, transitions, chunk)):
         n = min(chunk, transitions - start)
-        batch = {
-            "observation": rng.normal(size=(n, 4)).astype(np.float32),
-            "action": rng.integers(0, 2, size=n),
-            "reward": np.ones(n, np.float32),
-            "next_observation": rng.normal(size=(n, 4)).astype(np.float32),
-            "terminated": rng.random(n) < 0.05,
-            "truncated": np.zeros(n, bool),
-            "policy_version": np.zeros(n, np.int64),
-        }
+        batch = random_transitions(n, rng)
         controller.replay.write(batch, "bench", seq, shard=seq % shards)
     controller.counters.collected_frames = controller.counters.transitions = transitions
 

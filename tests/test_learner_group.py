@@ -11,24 +11,13 @@ import torch
 
 from collector.policy import ModelSpec
 from learner.config import LearnerConfig
+from learner.gpu_check import arrays as random_arrays
 from learner.group import LearnerGroup, PendingRound
 from learner.receipts import ProtocolError, StaleGenerationError
 from learner.weights import WeightSchemaError, spec_schema
 from replay.shard import remote_shard
 
 SPEC = ModelSpec(4, 2, (16, 16))
-
-
-def random_arrays(size, seed):
-    rng = np.random.default_rng(seed)
-    return {
-        "observation": rng.normal(size=(size, 4)).astype(np.float32),
-        "action": rng.integers(0, 2, size=size),
-        "reward": rng.normal(size=size).astype(np.float32),
-        "next_observation": rng.normal(size=(size, 4)).astype(np.float32),
-        "terminated": rng.random(size) < 0.1,
-        "truncated": np.zeros(size, bool),
-    }
 
 
 @pytest.fixture(scope="module")
