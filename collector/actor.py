@@ -39,6 +39,7 @@ import ray
 import torch
 
 from collector.env import env_seeds, make_vector_env
+from collector.onpolicy import OnPolicyTransform, OnPolicyWorker
 from collector.receipts import RolloutReceipt
 from collector.rollout import RolloutBatch, RolloutWorker
 from replay.client import ReplayClient
@@ -49,7 +50,7 @@ logger = logging.getLogger(__name__)
 ROLLOUT_CONCURRENCY = 2
 # Control calls (pause, resume, weights, state) run in their own threads, never behind rollouts.
 CONCURRENCY_GROUPS = {"control": 2}
-STATE_FORMAT = 1
+STATE_FORMAT = 2
 
 
 @dataclasses.dataclass(frozen=True)
@@ -78,7 +79,8 @@ class Collector:
         collector_id: Index of this collector; writes go to shard ``collector_id % num_shards``.
         env_id: Gymnasium id or ``module:function`` env factory.
         num_envs: Sub-environments stepped in one vector env.
-        model_spec: Network spec (``ModelSpec`` for DQN, ``ActorCriticSpec`` for PPO/A2C/SAC).
+        model_spec: Network spec (``ModelSpec`` for DQN, ``ActorCriticSpec`` for PPO, A2C and
+            REINFORCE, ``SquashedGaussianSpec`` for SAC).
         shards: Replay shard handles, or their actor names in namespace ``relayrl`` (preferred:
             restartable actors should not hold handles in their constructor arguments).
         seed: Run seed; env, exploration and init seeds are derived from it and ``collector_id``.
@@ -86,8 +88,11 @@ class Collector:
 
     Keyword Args:
         env_kwargs: Keyword arguments of the env (``gymnasium.make`` or the factory).
-        n_step: Steps per transition window.
+        n_step: Steps per transition window (off-policy transitions).
         gamma: Discount of the n-step returns.
+        transform: An :class:`OnPolicyTransform` makes this an on-policy collector
+            (``SAME_STEP`` envs, fixed-length or whole-episode rollouts with advantages, see
+            ``collector.onpolicy``); None keeps off-policy n-step transitions.
     """
 
     def __init__(
@@ -103,6 +108,7 @@ class Collector:
         env_kwargs: Mapping[str, Any] | None = None,
         n_step: int = 1,
         gamma: float = 0.99,
+        transform: OnPolicyTransform | None = None,
     ) -> None:
         torch.set_num_threads(1)
         self.collector_id = collector_id
@@ -119,10 +125,17 @@ class Collector:
         self.policy = model_spec.make_policy(
             self.network, np.random.SeedSequence([seed, collector_id, 1])
         )
-        envs = make_vector_env(env_id, num_envs, mode=vector_mode, env_kwargs=env_kwargs)
-        self.worker = RolloutWorker(
-            envs, self.policy, env_seeds(seed, collector_id, num_envs), n_step=n_step, gamma=gamma
-        )
+        seeds = env_seeds(seed, collector_id, num_envs)
+        if transform is None:
+            envs = make_vector_env(env_id, num_envs, mode=vector_mode, env_kwargs=env_kwargs)
+            self.worker = RolloutWorker(envs, self.policy, seeds, n_step=n_step, gamma=gamma)
+            self.transitions = f"nstep-{n_step}"
+        else:
+            envs = make_vector_env(
+                env_id, num_envs, mode=vector_mode, env_kwargs=env_kwargs, autoreset="same_step"
+            )
+            self.worker = OnPolicyWorker(envs, self.policy, seeds, transform)
+            self.transitions = transform.kind
         self.seq = 0
         self.generation = -1
         self.version = -1
@@ -134,11 +147,6 @@ class Collector:
 
     def _new_writer_id(self) -> str:
         return f"collector-{self.collector_id}/{uuid.uuid4().hex[:8]}"
-
-    @property
-    def q_network(self) -> torch.nn.Module:
-        """The policy network (name kept from the DQN-only collector)."""
-        return self.network
 
     # -- weights -----------------------------------------------------------------------------
     @ray.method(concurrency_group="control")
@@ -174,7 +182,7 @@ class Collector:
             return self._apply(weights, state_dict)
 
     # -- rollouts ----------------------------------------------------------------------------
-    def rollout(self, frames: int, epsilon: float, weights=None) -> RolloutReceipt:
+    def rollout(self, frames: int, explore=None, weights=None) -> RolloutReceipt:
         """Collects about ``frames`` transitions, writes them to replay and reports.
 
         Waits while the collector is paused. The receipt comes back only once the replay
@@ -182,8 +190,10 @@ class Collector:
 
         Args:
             frames: Frame budget of this rollout: ``frames // num_envs`` vector steps (at least
-                one) are taken; auto-reset steps and still-open n-step windows are not written.
-            epsilon: Exploration rate set by the driver.
+                one) are taken; auto-reset steps and still-open n-step windows are not written
+                (``episodes`` rollouts run one complete episode per env instead).
+            explore: Exploration parameters set by the driver (``{"epsilon": 0.1}``; a float
+                is an epsilon).
             weights: Optional newer ``PublishedWeights`` to apply before stepping.
         """
         with self._state:
@@ -191,7 +201,7 @@ class Collector:
                 self._state.wait()
             self._active += 1
         try:
-            step = self._stepper.submit(self._step_and_send, frames, epsilon, weights).result()
+            step = self._stepper.submit(self._step_and_send, frames, explore, weights).result()
             write = ray.get(step.pending)
             if write.duplicate:  # cannot happen with a fresh writer id; would mean lost frames
                 logger.warning(
@@ -216,7 +226,7 @@ class Collector:
                 self._active -= 1
                 self._state.notify_all()
 
-    def _step_and_send(self, frames: int, epsilon: float, weights) -> _Stepped:
+    def _step_and_send(self, frames: int, explore, weights) -> _Stepped:
         """Runs on the stepper thread: fetches and applies newer weights, steps, sends the write.
 
         Writes leave in sequence order because one thread sends them all.
@@ -229,9 +239,12 @@ class Collector:
                 self._apply(weights, fetched)
             start = time.perf_counter()
             steps = max(1, frames // self.worker.num_envs)
-            batch = self.worker.rollout(steps, epsilon, self.version)
-            stepped = time.perf_counter()
             seq = self.seq
+            seeds = None
+            if self.transitions == "episodes":  # fresh, reproducible episodes every rollout
+                seeds = env_seeds(self.seed, self.collector_id, self.worker.num_envs, seq + 1, 1)
+            batch = self.worker.rollout(steps, explore, self.version, seeds=seeds)
+            stepped = time.perf_counter()
             self.seq += 1
             pending = self.replay.write_async(
                 batch.transitions, self.writer_id, seq, shard=self.collector_id
@@ -283,7 +296,7 @@ class Collector:
                 "format": STATE_FORMAT,
                 "collector_id": self.collector_id,
                 "num_envs": self.worker.num_envs,
-                "n_step": self.worker.nstep.n,
+                "transitions": self.transitions,
                 "seq": self.seq,
                 "frames": self.worker.frames,
                 "episodes": self.worker.episodes,
@@ -306,7 +319,7 @@ class Collector:
             "format": STATE_FORMAT,
             "collector_id": self.collector_id,
             "num_envs": self.worker.num_envs,
-            "n_step": self.worker.nstep.n,
+            "transitions": self.transitions,
         }
         for key, value in expected.items():
             if state.get(key) != value:

@@ -26,7 +26,10 @@ class CollectorConfig:
         frame_skip: Emulator frames per agent step, for frame counting only (set it to the
             env's own frame skip, e.g. 4 for ALE; relayrl does not repeat actions).
         n_step: Steps per transition window, built collector-side (1: one-step transitions).
-        gamma: Discount of the n-step returns; match the learner's ``gamma``.
+        gamma: Discount of the n-step returns and of on-policy advantages; match the
+            learner's ``gamma``.
+        gae_lambda: GAE's lambda for on-policy collectors (PPO, A2C; 1.0 gives n-step returns
+            bootstrapped at the rollout's end).
         num_cpus: Logical Ray CPUs per collector.
         max_restarts: Restarts Ray grants a dead collector.
         epsilon_start: Exploration rate at frame 0 (annealed by the driver).
@@ -46,6 +49,7 @@ class CollectorConfig:
     frame_skip: int = 1
     n_step: int = 3
     gamma: float = 0.99
+    gae_lambda: float = 0.95
     # Actors
     num_cpus: float = 0.5
     max_restarts: int = 3
@@ -86,6 +90,7 @@ class CollectorConfig:
             (self.frame_skip >= 1, "frame_skip", "must be >= 1", self.frame_skip),
             (self.n_step >= 1, "n_step", "must be >= 1", self.n_step),
             (0 <= self.gamma <= 1, "gamma", "must be in [0, 1]", self.gamma),
+            (0 <= self.gae_lambda <= 1, "gae_lambda", "must be in [0, 1]", self.gae_lambda),
             (self.num_cpus >= 0, "num_cpus", "must be >= 0", self.num_cpus),
             (self.max_restarts >= 0, "max_restarts", "must be >= 0", self.max_restarts),
             (

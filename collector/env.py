@@ -11,6 +11,10 @@ import gymnasium as gym
 import numpy as np
 
 VECTOR_MODES = ("sync", "async")
+AUTORESET_MODES = {
+    "next_step": gym.vector.AutoresetMode.NEXT_STEP,
+    "same_step": gym.vector.AutoresetMode.SAME_STEP,
+}
 
 
 def is_factory_path(env_id: str) -> bool:
@@ -47,8 +51,9 @@ def make_vector_env(
     *,
     mode: str = "sync",
     env_kwargs: Mapping[str, Any] | None = None,
+    autoreset: str = "next_step",
 ) -> gym.vector.VectorEnv:
-    """Builds a vector env in gymnasium's ``NEXT_STEP`` autoreset mode.
+    """Builds a vector env in gymnasium's ``NEXT_STEP`` (or ``SAME_STEP``) autoreset mode.
 
     The env does not copy its observation buffer on every step (``copy=False``): the returned
     observations are overwritten by the next step, so consumers copy what they keep (the
@@ -60,6 +65,9 @@ def make_vector_env(
         num_envs: Number of sub-environments.
         mode: ``"sync"`` (all envs in this process) or ``"async"`` (one subprocess per env).
         env_kwargs: Keyword arguments for ``gymnasium.make`` or for the factory.
+        autoreset: ``next_step`` (off-policy collectors: the step after an episode's end
+            resets) or ``same_step`` (on-policy collectors: the ending step returns the next
+            episode's first observation and the final one in ``info["final_obs"]``).
 
     Returns:
         The vector env (not reset yet).
@@ -75,7 +83,7 @@ def make_vector_env(
     if mode not in VECTOR_MODES:
         raise ValueError(f"vector_mode: must be one of {VECTOR_MODES}, got {mode!r}")
     kwargs = dict(env_kwargs or {})
-    autoreset = gym.vector.AutoresetMode.NEXT_STEP
+    autoreset = AUTORESET_MODES[autoreset]
     if not is_factory_path(env_id):
         return gym.make_vec(
             env_id,
@@ -89,7 +97,9 @@ def make_vector_env(
     return vector_cls([env_fn] * num_envs, autoreset_mode=autoreset, copy=False)
 
 
-def env_seeds(run_seed: int, collector_id: int, num_envs: int, epoch: int = 0) -> list[int]:
+def env_seeds(
+    run_seed: int, collector_id: int, num_envs: int, epoch: int = 0, stream: int = 0
+) -> list[int]:
     """Distinct, reproducible per-env reset seeds.
 
     Args:
@@ -99,7 +109,11 @@ def env_seeds(run_seed: int, collector_id: int, num_envs: int, epoch: int = 0) -
         epoch: 0 at the start of a run; a restore re-seeds with a later epoch so the fresh
             episodes differ from the run's first ones but are the same for every restore of
             the same state.
+        stream: 0 for the reset seeds above; other streams give independent seeds for the same
+            epoch (whole-episode rollouts reset with ``stream=1`` and the rollout's number).
     """
     entropy = [run_seed, collector_id] if epoch == 0 else [run_seed, collector_id, epoch]
+    if stream:
+        entropy.append(stream)
     state = np.random.SeedSequence(entropy).generate_state(num_envs)
     return [int(s) for s in state]

@@ -84,10 +84,11 @@ class CollectorGroup:
         env_kwargs: Keyword arguments of the env.
         n_step: Steps per transition window.
         gamma: Discount of the n-step returns.
+        transform: ``collector.onpolicy.OnPolicyTransform`` for on-policy collectors.
 
     Examples:
         >>> group = CollectorGroup("run", 2, "CartPole-v1", 8, spec, shards, 0)  # doctest: +SKIP
-        >>> receipt = ray.get(group.rollout(0, frames=1024, epsilon=0.1))  # doctest: +SKIP
+        >>> receipt = ray.get(group.rollout(0, 1024, {"epsilon": 0.1}))  # doctest: +SKIP
         >>> group.pause(); states = group.state_dicts(); group.resume()  # doctest: +SKIP
     """
 
@@ -107,6 +108,7 @@ class CollectorGroup:
         env_kwargs: Mapping[str, Any] | None = None,
         n_step: int = 1,
         gamma: float = 0.99,
+        transform=None,
     ) -> None:
         self.actors = [
             remote_collector(
@@ -123,6 +125,7 @@ class CollectorGroup:
                 env_kwargs=dict(env_kwargs or {}),
                 n_step=n_step,
                 gamma=gamma,
+                transform=transform,
             )
             for i in range(num_collectors)
         ]
@@ -155,7 +158,7 @@ class CollectorGroup:
         ):
             self.weights = weights
 
-    def rollout(self, index: int, frames: int, epsilon: float, weights=None) -> ray.ObjectRef:
+    def rollout(self, index: int, frames: int, explore=None, weights=None) -> ray.ObjectRef:
         """Starts a rollout on collector ``index``; returns the reference of its receipt.
 
         The newest weights seen (``weights`` or earlier ones) travel with the call only if the
@@ -175,7 +178,7 @@ class CollectorGroup:
                 weights = None
             else:
                 self.known_versions[index] = key
-        ref = self.actors[index].rollout.remote(frames, epsilon, weights)
+        ref = self.actors[index].rollout.remote(frames, explore, weights)
         if len(self._inflight) >= 4 * len(self.actors):
             self._prune()
         self._inflight.add(ref)

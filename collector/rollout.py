@@ -20,6 +20,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 
+from collector.episodes import EpisodeTracker
 from collector.nstep import NStepBuffer
 
 
@@ -42,7 +43,7 @@ class RolloutWorker:
 
     Args:
         envs: A gymnasium vector env in ``NEXT_STEP`` autoreset mode.
-        policy: Has ``act(obs_batch, epsilon) -> (actions, extras)`` (see ``collector.policy``).
+        policy: Has ``act(obs_batch, explore) -> (actions, extras)`` (see ``collector.policy``).
         seeds: One reset seed per sub-env.
 
     Keyword Args:
@@ -55,7 +56,7 @@ class RolloutWorker:
         >>> spec = ModelSpec(4, 2)
         >>> policy = spec.make_policy(spec.build(), np.random.SeedSequence(0))
         >>> worker = RolloutWorker(make_vector_env("CartPole-v1", 2), policy, [1, 2], n_step=3)
-        >>> batch = worker.rollout(num_steps=10, epsilon=1.0, policy_version=0)
+        >>> batch = worker.rollout(num_steps=10, explore={"epsilon": 1.0}, policy_version=0)
         >>> batch.frames <= 2 * (10 - 2)  # the last n - 1 steps' windows are still open
         True
     """
@@ -75,25 +76,36 @@ class RolloutWorker:
         self.nstep = NStepBuffer(n_step, gamma)
         space = envs.single_action_space
         self.action_bounds = (space.low, space.high) if isinstance(space, gym.spaces.Box) else None
+        self.episodes_tracker = EpisodeTracker(self.num_envs)
         self.frames = 0
-        self.episodes = 0
         self.reset(seeds)
+
+    @property
+    def episodes(self) -> int:
+        """Episodes finished so far."""
+        return self.episodes_tracker.episodes
+
+    @episodes.setter
+    def episodes(self, value: int) -> None:
+        self.episodes_tracker.episodes = value
 
     def reset(self, seeds: list[int]) -> None:
         """Starts fresh episodes from ``seeds``; open n-step windows and partial episodes go."""
         self.obs, _ = self.envs.reset(seed=seeds)
         self.autoreset = np.zeros(self.num_envs, dtype=bool)
-        self.episode_return = np.zeros(self.num_envs, dtype=np.float64)
-        self.episode_length = np.zeros(self.num_envs, dtype=np.int64)
+        self.episodes_tracker.reset()
         self.nstep.clear()
 
-    def rollout(self, num_steps: int, epsilon: float, policy_version: int) -> RolloutBatch:
+    def rollout(
+        self, num_steps: int, explore, policy_version: int, *, seeds: list[int] | None = None
+    ) -> RolloutBatch:
         """Steps every sub-env ``num_steps`` times.
 
         Args:
             num_steps: Vector steps to take.
-            epsilon: Exploration rate handed to the policy.
+            explore: Exploration parameters handed to the policy (a float is an epsilon).
             policy_version: Stored with every transition, so policy lag can be measured.
+            seeds: Unused (episodes continue across rollouts); kept for the worker interface.
 
         Returns:
             The transitions whose n-step windows completed, time-major then env order, and the
@@ -110,7 +122,7 @@ class RolloutWorker:
         act, step, bounds = self.policy.act, self.envs.step, self.action_bounds
         with torch.inference_mode():
             for t in range(num_steps):
-                actions, extras = act(obs, epsilon)
+                actions, extras = act(obs, explore)
                 if action_buf is None:
                     action_buf = np.empty((num_steps, *actions.shape), dtype=actions.dtype)
                     extra_bufs = {
@@ -130,7 +142,7 @@ class RolloutWorker:
         valid[0] = ~self.autoreset
         valid[1:] = ~done[:-1]
         self.autoreset = done[-1].copy()
-        returns, lengths = self._episode_stats(reward_buf, valid, done)
+        returns, lengths = self.episodes_tracker.update(reward_buf, valid, done)
         steps = {
             "action": action_buf,
             "reward": reward_buf,
@@ -143,25 +155,3 @@ class RolloutWorker:
         batch = RolloutBatch(self.nstep.add(steps, obs_buf), returns, lengths)
         self.frames += batch.frames
         return batch
-
-    def _episode_stats(
-        self, reward: np.ndarray, valid: np.ndarray, done: np.ndarray
-    ) -> tuple[list[float], list[int]]:
-        """Returns and lengths of the episodes that ended, updating the running partial sums."""
-        return_sum = np.cumsum(np.where(valid, reward, 0.0), axis=0)
-        length_sum = np.cumsum(valid, axis=0, dtype=np.int64)
-        # Per env, the cumulative sums at its last episode end, shifted by the partial episode
-        # carried in from earlier rollouts.
-        return_base = -self.episode_return
-        length_base = -self.episode_length
-        returns: list[float] = []
-        lengths: list[int] = []
-        for t, e in zip(*np.nonzero(done), strict=True):
-            returns.append(float(return_sum[t, e] - return_base[e]))
-            lengths.append(int(length_sum[t, e] - length_base[e]))
-            return_base[e] = return_sum[t, e]
-            length_base[e] = length_sum[t, e]
-        self.episode_return = return_sum[-1] - return_base
-        self.episode_length = length_sum[-1] - length_base
-        self.episodes += len(returns)
-        return returns, lengths

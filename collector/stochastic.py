@@ -1,10 +1,12 @@
-"""Stochastic actors for policy-gradient and actor-critic learners (PPO, A2C, SAC).
+"""Stochastic actor-critics for policy-gradient learners (PPO, A2C, REINFORCE).
 
 An :class:`ActorCriticSpec` builds an :class:`ActorCritic` module (an actor MLP and a critic MLP,
-CleanRL style) and the matching collector policy. Each step the policy samples actions from its
-distribution and returns, per env, the action's ``log_prob`` under the sampling policy and the
-critic's ``value`` of the observation; the collector stores both with the transition, so the
-learner can form importance ratios (PPO), advantages (A2C/GAE) or entropy terms (SAC).
+CleanRL style: tanh activations, orthogonal initialization with a small actor output layer) and
+the matching collector policy. Each step the policy samples actions from its distribution and
+returns, per env, the action's ``log_prob`` under the sampling policy and the critic's ``value``
+of the observation; the collector stores both with the transition, so the learner can form
+importance ratios (PPO) and the collector advantages (GAE, returns-to-go). SAC's tanh-Gaussian
+actor with a state-dependent scale lives in ``collector.squashed``.
 
 Distributions:
     * ``categorical``: logits over ``action_dim`` discrete actions.
@@ -28,14 +30,21 @@ import numpy as np
 import torch
 from torch import nn
 
+from collector.policy import Explore, exploration
+
 DISTRIBUTIONS = ("categorical", "gaussian")
 _LOG_SQRT_2PI = 0.5 * math.log(2 * math.pi)
 
 
-def _mlp(sizes: list[int]) -> nn.Sequential:
+def _mlp(sizes: list[int], out_gain: float = 1.0) -> nn.Sequential:
+    """Tanh MLP with orthogonal weights (gain sqrt(2), ``out_gain`` on the output layer)."""
     layers: list[nn.Module] = []
     for width, out in itertools.pairwise(sizes):
-        layers += [nn.Linear(width, out), nn.Tanh()]
+        linear = nn.Linear(width, out)
+        nn.init.orthogonal_(linear.weight, math.sqrt(2))
+        nn.init.zeros_(linear.bias)
+        layers += [linear, nn.Tanh()]
+    nn.init.orthogonal_(layers[-2].weight, out_gain)
     return nn.Sequential(*layers[:-1])  # no activation after the output layer
 
 
@@ -54,7 +63,7 @@ class ActorCriticSpec:
     Examples:
         >>> spec = ActorCriticSpec(obs_dim=3, action_dim=2, distribution="gaussian")
         >>> policy = spec.make_policy(spec.build(), np.random.SeedSequence(0))
-        >>> actions, extras = policy.act(np.zeros((4, 3), np.float32), epsilon=0.0)
+        >>> actions, extras = policy.act(np.zeros((4, 3), np.float32), {})
         >>> actions.shape, sorted(extras)
         ((4, 2), ['log_prob', 'value'])
     """
@@ -94,14 +103,23 @@ class ActorCritic(nn.Module):
         super().__init__()
         self.spec = spec
         hidden = list(spec.hidden_sizes)
-        self.actor = _mlp([spec.obs_dim, *hidden, spec.action_dim])
-        self.critic = _mlp([spec.obs_dim, *hidden, 1])
+        self.actor = _mlp([spec.obs_dim, *hidden, spec.action_dim], out_gain=0.01)
+        self.critic = _mlp([spec.obs_dim, *hidden, 1], out_gain=1.0)
         if spec.distribution == "gaussian":
             self.log_std = nn.Parameter(torch.full((spec.action_dim,), float(spec.log_std_init)))
 
     def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Returns the actor's output (logits or Gaussian mean) and the value ``[n]``."""
         return self.actor(obs), self.critic(obs).squeeze(-1)
+
+    def distribution(self, out: torch.Tensor) -> torch.distributions.Distribution:
+        """The action distribution of the actor's output (unsquashed for a Gaussian)."""
+        if self.spec.distribution == "categorical":
+            return torch.distributions.Categorical(logits=out)
+        if self.spec.squash:
+            raise NotImplementedError("squashed Gaussians: use collector.squashed (SAC)")
+        scale = self.log_std.expand_as(out).exp()
+        return torch.distributions.Independent(torch.distributions.Normal(out, scale), 1)
 
 
 class StochasticActor:
@@ -117,22 +135,41 @@ class StochasticActor:
         self.spec = network.spec
         self.generator = torch.Generator().manual_seed(int(seed.generate_state(1)[0]))
 
-    def act(self, obs: np.ndarray, epsilon: float = 0.0) -> tuple[np.ndarray, dict]:
-        """Samples one action per row; ``epsilon`` is ignored (exploration is the sampling).
+    def act(self, obs: np.ndarray, explore: Explore = None) -> tuple[np.ndarray, dict]:
+        """Samples one action per row (exploration is the sampling itself).
+
+        Args:
+            obs: ``[n, obs_dim]`` observations.
+            explore: ``{"deterministic": True}`` takes the mode (argmax) or the mean instead of
+                sampling (evaluation); an ``epsilon`` is ignored.
 
         Returns:
             ``(actions, {"log_prob": [n] float32, "value": [n] float32})``; actions are int64
             ``[n]`` (categorical) or float32 ``[n, action_dim]`` (Gaussian).
         """
-        del epsilon
+        deterministic = bool(exploration(explore).get("deterministic"))
         with torch.inference_mode():
             out, value = self.network(torch.as_tensor(obs, dtype=torch.float32))
-            if self.spec.distribution == "categorical":
+            if deterministic:
+                actions, log_prob = self._mode(out)
+            elif self.spec.distribution == "categorical":
                 actions, log_prob = self._categorical(out)
             else:
                 actions, log_prob = self._gaussian(out)
         extras = {"log_prob": log_prob.numpy(), "value": value.numpy()}
         return actions.numpy(), extras
+
+    def value(self, obs: np.ndarray) -> np.ndarray:
+        """The critic's float32 values ``[n]`` of observations (bootstrapping)."""
+        with torch.inference_mode():
+            value = self.network.critic(torch.as_tensor(obs, dtype=torch.float32)).squeeze(-1)
+        return value.numpy()
+
+    def _mode(self, out: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        if self.spec.distribution == "categorical":
+            return out.argmax(-1), torch.zeros(len(out))
+        mean = torch.tanh(out) if self.spec.squash else out
+        return mean, torch.zeros(len(out))
 
     def _categorical(self, logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         log_probs = torch.log_softmax(logits, dim=-1)

@@ -5,10 +5,12 @@ from __future__ import annotations
 import dataclasses
 import re
 
+from learner.options import OnPolicyOptions, SACOptions
+
 BACKENDS = ("auto", "gloo", "nccl")
 STRATEGIES = ("PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD")
-LOSSES = ("dqn",)
-STEPPERS = ("auto", "default", "mixed_precision", "delayed_policy")
+LOSSES = ("dqn", "ppo", "a2c", "reinforce", "sac")
+STEPPERS = ("auto", "default", "mixed_precision", "delayed_policy", "multi_optimizer")
 OPTIMIZERS = ("adam", "adamw", "sgd", "rmsprop")
 GRAD_CLIPS = ("norm", "value", "none")
 PRECISIONS = ("fp32", "bf16", "fp16")
@@ -39,18 +41,24 @@ class LearnerConfig:
         update_priorities: Send ``|priority_key|`` per sampled item back to its replay shard
             (prioritized replay).
         priority_key: Per-item entry of the loss output used as the new priority.
-        hidden_sizes: Hidden layer widths of the Q-network.
-        loss: ``dqn`` or a ``"module:factory"`` path; the factory is called as
+        hidden_sizes: Hidden layer widths of the policy network (Q-network, actor-critic MLPs,
+            SAC's actor).
+        loss: ``dqn``, ``ppo``, ``a2c``, ``reinforce``, ``sac`` (set by the run's
+            ``algorithm``) or a ``"module:factory"`` path; the factory is called as
             ``factory(policy_network, config)`` and returns a module mapping a TensorDict batch
             to a TensorDict with ``loss_*`` entries (TorchRL's LossModule convention).
         loss_options: Free-form options for a user loss factory.
         gamma: Discount factor.
         double_dqn: Select bootstrap actions with the online network.
+        dueling: Dueling Q-network heads (value and advantage streams).
+        onpolicy: PPO, A2C and REINFORCE options (:class:`learner.options.OnPolicyOptions`).
+        sac: SAC options (:class:`learner.options.SACOptions`).
         find_unused_parameters: DDP option for losses whose named methods use a subset of the
             parameters (actor-critic losses).
-        stepper: ``auto`` (``mixed_precision`` when ``precision`` is not fp32 or
-            ``grad_accumulation > 1``, else ``default``), ``default``, ``mixed_precision``,
-            ``delayed_policy`` or a ``"module:factory"`` path called as
+        stepper: ``auto`` (``multi_optimizer`` for SAC, ``mixed_precision`` when ``precision``
+            is not fp32 or ``grad_accumulation > 1``, else ``default``), ``default``,
+            ``mixed_precision``, ``delayed_policy``, ``multi_optimizer`` (one optimizer per
+            named loss method) or a ``"module:factory"`` path called as
             ``factory(loss_module, config)``.
         stepper_options: Free-form options of the stepper (``delayed_policy`` reads
             ``policy_delay``, ``critic_method``, ``actor_method``).
@@ -91,7 +99,10 @@ class LearnerConfig:
     loss_options: dict = dataclasses.field(default_factory=dict)
     gamma: float = 0.99
     double_dqn: bool = True
+    dueling: bool = False
     find_unused_parameters: bool = False
+    onpolicy: OnPolicyOptions = dataclasses.field(default_factory=OnPolicyOptions)
+    sac: SACOptions = dataclasses.field(default_factory=SACOptions)
     # Optimization
     stepper: str = "auto"
     stepper_options: dict = dataclasses.field(default_factory=dict)
@@ -236,7 +247,7 @@ class LearnerConfig:
             self.grad_accumulation,
         )
         _check(
-            self.stepper not in ("default", "delayed_policy")
+            self.stepper not in ("default", "delayed_policy", "multi_optimizer")
             or (self.precision == "fp32" and self.grad_accumulation == 1),
             "stepper",
             f"{self.stepper!r} runs fp32 without accumulation; use 'mixed_precision' or 'auto' for "
@@ -282,6 +293,8 @@ class LearnerConfig:
         """The stepper actually used (``auto`` resolved)."""
         if self.stepper != "auto":
             return self.stepper
+        if self.loss == "sac":
+            return "multi_optimizer"
         plain = self.precision == "fp32" and self.grad_accumulation == 1
         return "default" if plain else "mixed_precision"
 

@@ -12,6 +12,7 @@ from torch import nn
 from learner.config import LearnerConfig
 from learner.delayed import DelayedPolicyStepper
 from learner.loss import LossDispatch, LossFactory, loss_factory_for
+from learner.multi import MultiOptimizerStepper
 from learner.plugins import resolve_factory
 from learner.precision import MixedPrecisionStepper
 from learner.stepper import DefaultStepper, Stepper
@@ -24,6 +25,7 @@ BUILTIN_STEPPERS: dict[str, StepperFactory] = {
     "default": DefaultStepper.from_config,
     "mixed_precision": MixedPrecisionStepper.from_config,
     "delayed_policy": DelayedPolicyStepper.from_config,
+    "multi_optimizer": MultiOptimizerStepper.from_config,
 }
 
 
@@ -83,11 +85,6 @@ class LearnerCore:
         self.stepper: Stepper = make_stepper(self.loss_module, config)
         self.version = 0
         self._priorities: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []
-
-    @property
-    def value_network(self) -> nn.Module:
-        """The policy network (a Q-network for DQN)."""
-        return self.policy_network
 
     def to_batch(self, arrays: Mapping[str, np.ndarray]) -> TensorDict:
         """Converts sampled arrays to a TensorDict on the model's device."""

@@ -23,6 +23,7 @@ from learner.receipts import (
     verify_receipts,
 )
 from learner.rendezvous import join_ranks
+from learner.sampling import EpochPlan
 from learner.weights import Schema, check_schema, spec_schema
 
 logger = logging.getLogger(__name__)
@@ -163,16 +164,22 @@ class LearnerGroup:
         return self.round_id
 
     def start_round(
-        self, num_steps: int, *, publish: bool = True, beta: float | None = None
+        self,
+        num_steps: int,
+        *,
+        publish: bool = True,
+        beta: float | None = None,
+        epochs: EpochPlan | None = None,
     ) -> PendingRound:
         """Sends a round of ``num_steps`` optimizer steps to every rank (one round at a time).
 
         ``beta`` is the importance-weight exponent for prioritized replay (annealed by the
-        driver); None keeps the ranks' current one.
+        driver); None keeps the ranks' current one. ``epochs`` makes it an on-policy round
+        (``num_steps`` must be ``epochs.steps``; see ``LearnerRank.step``).
         """
         round_id = self._next_round()
         replies = [
-            r.step.remote(round_id, num_steps, publish and i == 0, self.generation, beta)
+            r.step.remote(round_id, num_steps, publish and i == 0, self.generation, beta, epochs)
             for i, r in enumerate(self.ranks)
         ]
         weights = replies[0][1] if publish else None

@@ -4,9 +4,10 @@ This follows TorchRL's ``LossModule`` convention: the optimizer minimizes the su
 ``loss_*`` entries, and any other entry is a detached diagnostic (a per-item entry such as
 ``td_error`` can feed prioritized replay).
 
-A loss is chosen by ``LearnerConfig.loss``: ``"dqn"`` or a ``"module:factory"`` path; a factory
-is called as ``factory(policy_network, config)``. The policy network (built from the model spec,
-the one published to collectors) is passed in; a loss may build further networks itself
+A loss is chosen by ``LearnerConfig.loss``: a built-in name (``dqn``, ``ppo``, ``a2c``,
+``reinforce``, ``sac``: one module each in ``learner.losses``) or a ``"module:factory"`` path; a
+factory is called as ``factory(policy_network, config)``. The policy network (built from the
+model spec, the one published to collectors) is passed in; a loss may build further networks itself
 (critics, target copies). Losses with several terms optimized separately expose them as named
 methods (``loss_actor(batch)``, ``loss_critic(batch)``); :class:`LossDispatch` lets a stepper
 call them through DDP (``train_module(batch, method="loss_actor")``).
@@ -14,108 +15,14 @@ call them through DDP (``train_module(batch, method="loss_actor")``).
 
 from __future__ import annotations
 
-import copy
-from collections.abc import Callable
-
 import torch
-import torch.nn.functional as F
 from tensordict import TensorDict
 from torch import nn
 
-from learner.plugins import resolve_factory
+from learner.losses import LOSSES, LossFactory, loss_factory_for
+from learner.losses.dqn import DQNLoss, dqn_loss
 
-LossFactory = Callable[[nn.Module, object], nn.Module]
-
-
-class DQNLoss(nn.Module):
-    """(Double) DQN loss with a Huber penalty and a target network.
-
-    For a batch of ``observation, action, reward, next_observation, terminated``::
-
-        q = Q(observation)[action]
-        next_action = argmax_a Q(next_observation)          # double DQN; Q_target if not double
-        target = reward + discount * (1 - terminated) * Q_target(next_observation)[next_action]
-        loss_q = mean(weight * huber(q, target))
-
-    ``discount`` is the batch's ``n_step_discount`` (gamma^k of n-step transitions) when present,
-    else ``gamma``; ``weight`` is the batch's importance weight (prioritized replay) when
-    present, else 1.
-
-    Truncated transitions bootstrap (only ``terminated`` stops the return).
-
-    Args:
-        value_network: The online Q-network.
-        gamma: Discount factor.
-        double_dqn: Select next actions with the online network.
-    """
-
-    def __init__(self, value_network: nn.Module, *, gamma: float = 0.99, double_dqn: bool = True):
-        super().__init__()
-        self.value_network = value_network
-        self.target_network = copy.deepcopy(value_network).requires_grad_(False)
-        self.gamma = gamma
-        self.double_dqn = double_dqn
-
-    def forward(self, batch: TensorDict) -> TensorDict:
-        """Returns ``loss_q`` and the diagnostics ``q_mean`` and ``td_error`` (per item)."""
-        obs = batch["observation"]
-        action = batch["action"].long()
-        q_values = self.value_network(obs).gather(-1, action.unsqueeze(-1)).squeeze(-1)
-        with torch.no_grad():
-            next_obs = batch["next_observation"]
-            next_target = self.target_network(next_obs)
-            if self.double_dqn:
-                next_action = self.value_network(next_obs).argmax(dim=-1, keepdim=True)
-            else:
-                next_action = next_target.argmax(dim=-1, keepdim=True)
-            next_q = next_target.gather(-1, next_action).squeeze(-1)
-            not_done = 1.0 - batch["terminated"].to(q_values.dtype)
-            # n-step transitions carry their own discount gamma^k (collector/nstep.py).
-            discount = batch.get("n_step_discount", None)
-            discount = self.gamma if discount is None else discount.to(q_values.dtype)
-            target = batch["reward"].to(q_values.dtype) + discount * not_done * next_q
-        # Prioritized replay sends importance weights; uniform batches weigh items equally.
-        weight = batch.get("weight", None)
-        if weight is None:
-            loss = F.smooth_l1_loss(q_values, target)
-        else:
-            per_item = F.smooth_l1_loss(q_values, target, reduction="none")
-            loss = (weight.to(q_values.dtype) * per_item).mean()
-        return TensorDict(
-            {
-                "loss_q": loss,
-                "q_mean": q_values.detach().mean(),
-                "td_error": (target - q_values).detach(),
-            },
-            batch_size=[],
-        )
-
-    @torch.no_grad()
-    def update_target(self, tau: float = 1.0) -> None:
-        """Copies (``tau=1``) or Polyak-averages the online weights into the target network."""
-        for target, online in zip(
-            self.target_network.parameters(), self.value_network.parameters(), strict=True
-        ):
-            if tau >= 1.0:
-                target.copy_(online)
-            else:
-                target.lerp_(online, tau)
-
-
-def dqn_loss(policy_network: nn.Module, config) -> DQNLoss:
-    """The built-in ``loss: dqn`` factory."""
-    return DQNLoss(policy_network, gamma=config.gamma, double_dqn=config.double_dqn)
-
-
-def loss_factory_for(config) -> LossFactory:
-    """The factory named by ``config.loss`` (imported for ``module:factory`` paths).
-
-    Raises:
-        ValueError: If a factory path cannot be resolved.
-    """
-    if config.loss == "dqn":
-        return dqn_loss
-    return resolve_factory(config.loss, "loss")
+__all__ = ["LOSSES", "DQNLoss", "LossDispatch", "LossFactory", "dqn_loss", "loss_factory_for"]
 
 
 class LossDispatch(nn.Module):

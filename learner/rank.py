@@ -18,7 +18,7 @@ from learner.config import LearnerConfig
 from learner.core import LearnerCore
 from learner.receipts import StaleGenerationError, StepReceipt
 from learner.rendezvous import open_store
-from learner.sampling import RankSampler
+from learner.sampling import EpochPlan, RankSampler
 from learner.weights import Schema, tensor_schema
 from replay.client import ReplayClient
 
@@ -115,8 +115,10 @@ class LearnerRank:
         torch.manual_seed(self.seed)  # same initial parameters on every rank
         self.core = LearnerCore(self.model_spec, config, self.device, **self.factories)
         if config.world_size > 1:
-            find_unused = config.find_unused_parameters or config.resolved_stepper == (
-                "delayed_policy"
+            find_unused = (
+                config.find_unused_parameters
+                or config.resolved_stepper in ("delayed_policy", "multi_optimizer")
+                or getattr(self.core.loss_module, "find_unused_parameters", False)
             )
             self.core.train_module = DistributedDataParallel(
                 self.core.train_module,
@@ -159,12 +161,26 @@ class LearnerRank:
             stacked /= self.config.world_size
         return dict(zip(keys, stacked.cpu().tolist(), strict=True))
 
+    def _allreduce_max(self, values: dict[str, float]) -> dict[str, float]:
+        keys = sorted(values)
+        stacked = torch.tensor([float(values[k]) for k in keys], device=self.core.device)
+        if self.config.world_size > 1:
+            dist.all_reduce(stacked, op=dist.ReduceOp.MAX)
+        return {f"{k}_max": v for k, v in zip(keys, stacked.tolist(), strict=True)}
+
     def _round(
-        self, round_id: int, batches, sample_s: float, publish: bool
+        self,
+        round_id: int,
+        batches,
+        sample_s: float,
+        publish: bool,
+        extra: dict[str, float] | None = None,
     ) -> tuple[StepReceipt, dict[str, torch.Tensor] | None]:
         start = time.perf_counter()
         metrics = self.core.train(batches)
         reduced = self._allreduce_mean(metrics)
+        if extra:
+            reduced.update(self._allreduce_max(extra))
         if self.config.update_priorities:
             self._push_priorities()
         trained = time.perf_counter()
@@ -215,11 +231,16 @@ class LearnerRank:
         publish: bool = True,
         generation: int | None = None,
         beta: float | None = None,
+        epochs: EpochPlan | None = None,
     ) -> tuple[StepReceipt, dict[str, torch.Tensor] | None]:
         """Runs ``num_steps`` optimizer steps, each on a fresh per-rank sample.
 
         The round's samples come in one request per shard (prefetched during the previous
-        round when ``config.prefetch``) and are split into batches.
+        round when ``config.prefetch``) and are split into batches. An on-policy round
+        (``epochs``) instead takes this rank's share of the batch the collectors just wrote
+        (``epochs.items``, never prefetched) and trains ``epochs.epochs`` passes over it in
+        ``epochs.minibatches`` shuffled minibatches; its metrics report ``policy_lag_max``,
+        the largest ``version - policy_version`` of the items (0 in lockstep).
 
         Returns:
             Two object refs (``num_returns=2``): the receipt, and the policy weights after the
@@ -230,6 +251,13 @@ class LearnerRank:
         if beta is not None:  # importance-weight exponent annealed by the driver
             self.replay.beta = beta
         start = time.perf_counter()
+        if epochs is not None:
+            batches, lag = self.sampler.take_epochs(epochs, self.core.version)
+            if len(batches) != num_steps:
+                raise ValueError(f"epochs {epochs} make {len(batches)} steps, not {num_steps}")
+            return self._round(
+                round_id, batches, time.perf_counter() - start, publish, extra={"policy_lag": lag}
+            )
         batches = self.sampler.take(num_steps)
         reply = self._round(round_id, batches, time.perf_counter() - start, publish)
         self.sampler.prepare_next()

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 
 import numpy as np
+import torch
 from tensordict import TensorDict
 
 from replay.client import ReplayClient
@@ -15,6 +17,26 @@ from replay.samplers import EmptyReplayError
 logger = logging.getLogger(__name__)
 
 Prepare = Callable[[dict[str, np.ndarray]], TensorDict]
+
+
+@dataclasses.dataclass(frozen=True)
+class EpochPlan:
+    """An on-policy round: this rank's share of the batch, trained in epochs of minibatches.
+
+    Attributes:
+        items: Items this rank takes from the (FIFO) tables: the batch divided by world size.
+        epochs: Passes over those items.
+        minibatches: Minibatches per pass (each rank's part of every global minibatch).
+    """
+
+    items: int
+    epochs: int = 1
+    minibatches: int = 1
+
+    @property
+    def steps(self) -> int:
+        """Optimizer steps of the round."""
+        return self.epochs * self.minibatches
 
 
 class RankSampler:
@@ -75,6 +97,33 @@ class RankSampler:
             except EmptyReplayError:
                 self.pending = None
         return batches
+
+    def take_epochs(self, plan: EpochPlan, version: int) -> tuple[list[TensorDict], int]:
+        """An on-policy round's batches: ``plan.items`` fetched once, then shuffled per epoch.
+
+        Each epoch is a fresh permutation of the items (this rank's sampling generator) split
+        into ``plan.minibatches`` near-equal minibatches, so every item is trained on exactly
+        ``plan.epochs`` times. Nothing is prefetched: the next round's data does not exist yet.
+
+        Args:
+            plan: Items, epochs and minibatches.
+            version: The learner's model version, to measure the items' policy lag.
+
+        Returns:
+            ``(batches, policy_lag)``: ``epochs * minibatches`` batches and the largest
+            ``version - policy_version`` among the items.
+
+        Raises:
+            replay.samplers.EmptyReplayError: If every shard is empty.
+        """
+        arrays = self.client.sample(plan.items)
+        lag = int(version - arrays["policy_version"].min()) if "policy_version" in arrays else 0
+        batch = self.prepare(arrays)
+        batches = []
+        for _ in range(plan.epochs):
+            order = torch.from_numpy(self.client.rng.permutation(plan.items)).to(batch.device)
+            batches += [batch[part] for part in order.tensor_split(plan.minibatches)]
+        return batches, lag
 
     def prepare_next(self) -> None:
         """Collects and prepares the requested next round in the background."""

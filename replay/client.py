@@ -284,6 +284,19 @@ class ReplayClient:
         """Every shard's size and counters."""
         return ray.get([s.stats.remote() for s in self.shards])
 
+    def clear(self) -> int:
+        """Every shard drops its items (on-policy iteration boundary); returns how many.
+
+        Prefetched batches are dropped too (they would be stale).
+        """
+        self.ready.clear()
+        self.inflight.clear()
+        self.queue_size = None
+        self.fifo_inflight[:] = 0
+        dropped = sum(ray.get([s.clear.remote() for s in self.shards]))
+        self.infos = [{**info, "size": 0, "remaining": 0} for info in self.infos]
+        return dropped
+
     def dump(self, directory: str | Path) -> list[dict]:
         """Every shard writes its table into ``directory/replay-<i>`` in parallel.
 

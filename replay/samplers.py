@@ -65,6 +65,9 @@ class UniformSampler:
     def on_write(self, slots: np.ndarray) -> None:
         """Notes newly written slots (nothing to do)."""
 
+    def clear(self) -> None:
+        """Forgets every slot (nothing to do)."""
+
     def sample(self, batch_size: int, size: int) -> np.ndarray:
         """Returns ``batch_size`` slot indices in ``[0, size)``.
 
@@ -110,6 +113,10 @@ class PrioritizedSampler:
     def on_write(self, slots: np.ndarray) -> None:
         """Gives newly written slots the largest priority seen so far."""
         self.tree.update(slots, np.full(len(slots), self.max_priority**self.alpha))
+
+    def clear(self) -> None:
+        """Forgets every slot's priority (the largest priority seen is kept)."""
+        self.tree.rebuild(np.zeros(0))
 
     def sample(self, batch_size: int, size: int) -> np.ndarray:
         """Draws ``batch_size`` slots with probability proportional to their mass.
@@ -188,6 +195,12 @@ class FifoSampler:
 
     def on_write(self, slots: np.ndarray) -> None:
         """Notes newly written slots (they join the next pass)."""
+
+    def clear(self) -> None:
+        """Ends the current pass (the table dropped its items)."""
+        self.order = np.empty(0, dtype=np.int64)
+        self.order_ids = np.empty(0, dtype=np.int64)
+        self.position = 0
 
     def _start_pass(self) -> None:
         slots = np.flatnonzero(self.ids >= 0)

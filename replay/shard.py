@@ -87,6 +87,10 @@ class ReplayShard:
         """See :meth:`ReplayTable.update_priorities`; returns the number applied."""
         return self.table.update_priorities(indices, insertion_ids, priorities)
 
+    def clear(self) -> int:
+        """Drops every stored item; see :meth:`ReplayTable.clear`."""
+        return self.table.clear()
+
     def info(self) -> dict:
         """Size and sampling masses (see :meth:`ReplayTable.info`)."""
         return self.table.info()

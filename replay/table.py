@@ -170,6 +170,19 @@ class ReplayTable:
         self.stale_updates += len(indices) - applied
         return applied
 
+    def clear(self) -> int:
+        """Drops every stored item (an on-policy iteration boundary); returns how many.
+
+        Allocated columns, the write count (so insertion ids keep increasing) and the writers'
+        dedup state are kept: a retry of a write stored before the clear is still recognized.
+        """
+        dropped = len(self.storage)
+        self.storage.cursor = 0
+        self.storage.size = 0
+        self.insertion_ids[:] = -1
+        self.sampler.clear()
+        return dropped
+
     def info(self) -> dict:
         """What a client needs to split a batch across shards and normalize weights."""
         info = {"size": len(self.storage), "sampler": self.sampler.kind}

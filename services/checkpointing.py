@@ -38,6 +38,9 @@ logger = logging.getLogger(__name__)
 
 # Fields a resumed run must share with its checkpoint (they shape the saved state).
 PINNED_FIELDS = (
+    "algorithm",
+    "learner.loss",
+    "learner.dueling",
     "collector.env_id",
     "collector.num_collectors",
     "collector.envs_per_collector",
@@ -138,6 +141,7 @@ def driver_state(controller) -> dict:
         "milestones": {str(k): v for k, v in controller.milestones.items()},
         "next_checkpoint_frames": controller.next_checkpoint_frames,
         "elapsed_s": time.perf_counter() - controller.started_at,
+        "loop": controller.loop.state_dict(),
     }
 
 
@@ -146,6 +150,7 @@ def load_driver_state(controller, state: dict) -> None:
     controller.counters = RunCounters(**state["counters"])
     controller.episodes.extend(state["episode_returns"], state["episode_lengths"])
     controller.milestones = {float(k): v for k, v in state["milestones"].items()}
+    controller.loop.load_state_dict(state.get("loop", {}))
     interval = controller.config.checkpoint.interval_frames
     if interval:
         controller.next_checkpoint_frames = (

@@ -168,9 +168,13 @@ class RunConfig:
     """Everything a run needs, one section per component.
 
     Attributes:
+        algorithm: ``dqn``, ``ppo``, ``a2c``, ``reinforce`` or ``sac``: picks the loop, the
+            loss and the collector policy (``services.algorithms``); with :func:`load_config`
+            its recipe fills every field the config leaves unset.
         seed: Run seed; every actor's seeds derive from it.
     """
 
+    algorithm: str = "dqn"
     seed: int = 0
     run: RunSection = dataclasses.field(default_factory=RunSection)
     collector: CollectorConfig = dataclasses.field(default_factory=CollectorConfig)
@@ -190,11 +194,13 @@ class RunConfig:
                 f"collector.gamma: must equal learner.gamma={self.learner.gamma} (n-step returns "
                 f"are discounted collector-side), got {self.collector.gamma}"
             )
-        if self.replay.sampler == "fifo":
+        from services.algorithms import ALGORITHMS, check  # imports torch: load on use
+
+        if self.algorithm not in ALGORITHMS:
             raise ValueError(
-                "replay.sampler: the DQN controller needs uniform or prioritized (fifo is for "
-                "on-policy learners), got 'fifo'"
+                f"algorithm: must be one of {tuple(ALGORITHMS)}, got {self.algorithm!r}"
             )
+        check(self)
 
     def to_dict(self) -> dict:
         """Plain nested dict (YAML/JSON serializable)."""
@@ -306,6 +312,9 @@ def parse_override(text: str) -> tuple[list[str], object]:
 def load_config(path: str | Path | None = None, overrides: Iterable[str] = ()) -> RunConfig:
     """Builds a validated RunConfig from a YAML file and ``KEY=VALUE`` overrides.
 
+    The algorithm's recipe (``services.algorithms``) fills the fields that neither the file
+    nor the overrides set.
+
     Args:
         path: Optional YAML file with the same nesting as :class:`RunConfig`.
         overrides: Dotted assignments applied after the file, e.g. ``"learner.world_size=2"``.
@@ -338,4 +347,10 @@ def load_config(path: str | Path | None = None, overrides: Iterable[str] = ()) -
                 raise ConfigError(f"{'.'.join(keys[: depth + 1])}: is not a section")
             node = child
         node[keys[-1]] = value
+    from services.algorithms import AlgorithmConfigError, with_defaults
+
+    try:
+        data = with_defaults(data)
+    except AlgorithmConfigError as err:
+        raise ConfigError(str(err)) from None
     return _build("", RunConfig, data)

@@ -1,38 +1,33 @@
-"""The thin driver controller: frame accounting, UTD pacing, weight hand-off, stop handling.
+"""The thin driver controller: the run's shared runtime; a loop decides what to issue.
 
 The driver holds counters and references, never batches: collectors write straight into their
 replay shards, learners sample straight from them, and weights travel as object-store
-references. One loop (see :meth:`Controller.run`):
-
-1. keep each collector busy with up to ``collector.max_inflight`` rollouts while the frames
-   counted plus the frames in flight are below ``total_frames`` (so the budget is overshot by
-   less than one rollout) and the learners are not trailing by more than ``max_lag_steps``;
-2. count frames from each rollout receipt (``frames * frame_skip``), collect episode stats;
-3. once ``init_random_frames`` are in and replay holds a global batch, keep one learner round
-   in flight so that optimizer steps track ``utd_ratio * (frames - init_random_frames)``;
-4. on each verified step receipt: count steps, keep the published weights; every following
-   rollout call hands them to collectors that are behind;
-5. stop at ``total_frames`` (after the owed learner steps) or on :meth:`request_stop`.
+references. The :class:`Controller` owns what every algorithm shares: setup and ordered
+restore, rollout and step receipts (frames counted once, from rollout receipts, times
+``frame_skip``), weight hand-off by ``(generation, version)``, learner recovery, stop requests,
+consistent checkpoints, hooks and progress. The per-algorithm schedule is a loop from
+``services.loops`` picked by the algorithm's recipe (``services.algorithms``): the asynchronous
+off-policy loop (DQN, SAC) or the lockstep on-policy loop (PPO, A2C, REINFORCE).
 """
 
 from __future__ import annotations
 
 import logging
-import math
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import ray
 
 from collector.group import CollectorGroup
-from collector.policy import ModelSpec
 from collector.receipts import RolloutReceipt
 from learner.group import LearnerGroup, PendingRound
 from learner.receipts import ProtocolError, PublishedWeights, StepReceipt
 from replay.client import ReplayClient
 from replay.shard import remote_shards
 from services import report
+from services.algorithms import algorithm_for
 from services.checkpoint import CheckpointStore, latest_valid
 from services.checkpointing import (
     recover_learners,
@@ -42,6 +37,7 @@ from services.checkpointing import (
 )
 from services.config import RunConfig
 from services.early_stop import EarlyStopping
+from services.loops import LOOPS
 from services.spec import model_spec_for
 from services.stats import EpisodeWindow, RateMeter, RunCounters
 
@@ -58,7 +54,8 @@ class Controller:
         config: The validated run configuration.
 
     Keyword Args:
-        model_spec: Q-network spec; read from the env when omitted.
+        model_spec: The policy's network spec; built from the env and the algorithm when
+            omitted.
         checkpoint_root: Rotation directory when ``checkpoint.dir`` is not set (None and no
             ``checkpoint.dir``: checkpoints off).
         resume_from: A checkpoint or rotation directory to restore in :meth:`setup`.
@@ -73,7 +70,7 @@ class Controller:
         self,
         config: RunConfig,
         *,
-        model_spec: ModelSpec | None = None,
+        model_spec=None,
         checkpoint_root: str | Path | None = None,
         resume_from: str | Path | None = None,
     ) -> None:
@@ -84,6 +81,8 @@ class Controller:
         self.last_checkpoint: Path | None = None
         self.next_checkpoint_frames = config.checkpoint.interval_frames or None
         self.model_spec = model_spec or model_spec_for(config)
+        self.algorithm = algorithm_for(config)
+        self.loop = LOOPS[self.algorithm.loop](self)
         self.counters = RunCounters()
         self.episodes = EpisodeWindow(config.controller.episode_window)
         self.hooks: dict[str, list[Hook]] = {event: [] for event in EVENTS}
@@ -102,6 +101,7 @@ class Controller:
         self.started_at = time.perf_counter()
         self.wall_s = 0.0
         self.rates = RateMeter()
+        self.next_progress = 0.0
 
     # -- hooks -------------------------------------------------------------------------------
     def register(self, event: str, hook: Hook) -> None:
@@ -140,6 +140,7 @@ class Controller:
             env_kwargs=cfg.collector.env_kwargs,
             n_step=cfg.collector.n_step,
             gamma=cfg.collector.gamma,
+            transform=self.algorithm.collector_transform(cfg),
         )
         self.collectors.wait_ready()
         checkpoint = None
@@ -162,6 +163,7 @@ class Controller:
         self.collectors.sync_weights(self.weights)
         self.started_at = time.perf_counter()
         self.rates = RateMeter()
+        self.next_progress = self.started_at + cfg.controller.log_interval_s
         self.emit("setup")
 
     def start_learners(self) -> LearnerGroup:
@@ -220,60 +222,10 @@ class Controller:
         finally:
             self.shutdown()
 
-    # -- the loop ----------------------------------------------------------------------------
-    def steps_target(self) -> int:
-        """Optimizer steps owed for the frames counted so far (UTD pacing)."""
-        ctrl = self.config.controller
-        learnable = self.counters.collected_frames - ctrl.init_random_frames
-        if learnable <= 0 or self.counters.transitions < self.config.learner.global_batch_size:
-            return 0
-        return math.floor(ctrl.utd_ratio * learnable)
-
-    def epsilon(self) -> float:
-        """Exploration rate for the next rollout (1.0 during ``init_random_frames``)."""
-        frames = self.counters.collected_frames
-        if frames < self.config.controller.init_random_frames:
-            return 1.0
-        return self.config.collector.epsilon(frames)
-
-    def _inflight_frames(self) -> int:
-        return (
-            len(self.inflight)
-            * self.config.collector.rollout_frames
-            * (self.config.collector.frame_skip)
-        )
-
-    def _collection_open(self) -> bool:
-        ctrl = self.config.controller
-        if self.stop_requested:
-            return False
-        if self.counters.collected_frames + self._inflight_frames() >= ctrl.total_frames:
-            return False
-        return self.steps_target() - self.counters.optim_steps <= ctrl.max_lag_steps
-
-    def _issue_rollouts(self) -> None:
-        cfg = self.config.collector
-        per_collector = [0] * len(self.collectors)
-        for index in self.inflight.values():
-            per_collector[index] += 1
-        for index in range(len(self.collectors)):
-            while per_collector[index] < cfg.max_inflight and self._collection_open():
-                ref = self.collectors.rollout(
-                    index, cfg.rollout_frames, self.epsilon(), self.weights
-                )
-                self.inflight[ref] = index
-                per_collector[index] += 1
-
-    def _maybe_start_round(self) -> None:
-        if self.pending_round is not None or self.stop_requested:
-            return
-        owed = self.steps_target() - self.counters.optim_steps
-        if owed > 0:
-            steps = min(owed, self.config.controller.max_steps_per_round)
-            beta = None
-            if self.config.replay.sampler == "prioritized":
-                beta = self.config.replay.beta(self.counters.collected_frames)
-            self.pending_round = self.learners.start_round(steps, beta=beta)
+    # -- shared by the loops ----------------------------------------------------------------
+    def exploration(self) -> dict[str, Any]:
+        """Exploration parameters for the next rollout (the algorithm's schedule)."""
+        return self.algorithm.exploration(self.config, self.counters.collected_frames)
 
     def _on_rollout(self, ref: ray.ObjectRef) -> None:
         index = self.inflight.pop(ref)
@@ -355,32 +307,34 @@ class Controller:
         self.next_checkpoint_frames = (self.counters.collected_frames // interval + 1) * interval
         return True
 
+    def maybe_checkpoint(self) -> Path | None:
+        """Cuts a checkpoint if ``checkpoint.interval_frames`` more frames came in."""
+        return self.checkpoint() if self._checkpoint_due() else None
+
+    def progress(self, *, force: bool = False) -> None:
+        """Emits a progress snapshot (and checks early stopping) once per ``log_interval_s``."""
+        now = time.perf_counter()
+        if not force and now < self.next_progress:
+            return
+        snapshot = self.snapshot()
+        if not force:
+            self._check_early_stop(snapshot)
+        self.emit("progress", snapshot)
+        self.next_progress = now + self.config.controller.log_interval_s
+
     def train(self) -> None:
-        """Runs the loop until the frame budget and the owed steps are done, or a stop.
+        """Runs the algorithm's loop until the frame budget is done, or a stop.
 
         Checkpoints are cut every ``checkpoint.interval_frames``, and at the end when stopped
         or (with ``checkpoint.at_end``) when the budget is reached.
         """
-        ctrl = self.config.controller
-        next_progress = time.perf_counter() + ctrl.log_interval_s
-        while True:
-            if self._checkpoint_due():
-                self.checkpoint()
-            self._issue_rollouts()
-            self._maybe_start_round()
-            if not self.wait_and_process(ctrl.log_interval_s):
-                break  # nothing in flight and nothing owed: budget reached or stop requested
-            if time.perf_counter() >= next_progress:
-                snapshot = self.snapshot()
-                self._check_early_stop(snapshot)
-                self.emit("progress", snapshot)
-                next_progress = time.perf_counter() + ctrl.log_interval_s
+        self.loop.run()
         if self.weights is not None:
             self.collectors.sync_weights(self.weights)  # collectors end on the newest version
         self.wall_s = time.perf_counter() - self.started_at
         if self.stop_requested or self.config.checkpoint.at_end:
             self.checkpoint()
-        self.emit("progress", self.snapshot())
+        self.progress(force=True)
 
     # -- reporting ---------------------------------------------------------------------------
     def snapshot(self) -> dict:

@@ -34,7 +34,12 @@ METRICS: tuple[tuple[str, str, tuple[str, ...], str], ...] = (
     ("learner_generation", "gauge", (), "Current learner generation."),
     ("episode_return", "gauge", (), "Mean return of the recent episode window."),
     ("episode_length", "gauge", (), "Mean length of the recent episode window."),
-    ("epsilon", "gauge", (), "Exploration rate handed to collectors."),
+    (
+        "exploration",
+        "gauge",
+        ("param",),
+        "Exploration parameters handed to collectors (epsilon; random is 1 during warm-up).",
+    ),
     ("frames_per_second", "gauge", (), "Collection rate over the last progress interval."),
     ("updates_per_second", "gauge", (), "Optimizer steps per second over the last interval."),
     ("update_to_data_ratio", "gauge", (), "Optimizer steps per collected frame so far."),
@@ -148,7 +153,9 @@ class MetricsExporter:
         c = controller.counters
         m["published_version"].set(c.published_version)
         m["learner_generation"].set(c.generation)
-        m["epsilon"].set(snapshot["epsilon"])
+        m["exploration"].clear()
+        for param, value in snapshot.get("exploration", {}).items():
+            m["exploration"].labels(param=param).set(float(value))
         m["frames_per_second"].set(snapshot["frames_per_s"])
         m["updates_per_second"].set(snapshot["updates_per_s"])
         m["update_to_data_ratio"].set(c.optim_steps / max(c.collected_frames, 1))

@@ -17,11 +17,15 @@ def progress_line(snapshot: dict) -> str:
     """One plain progress line."""
     mean = snapshot["episode_return_mean"]
     shown = "-" if math.isnan(mean) else f"{mean:.1f}"
-    return (
+    line = (
         f"frames {snapshot['frames']:,}/{snapshot['total_frames']:,} | "
         f"{snapshot['frames_per_s']:,.0f} frames/s | optim steps {snapshot['optim_steps']:,} | "
-        f"return {shown} | eps {snapshot['epsilon']:.3f}"
+        f"return {shown}"
     )
+    explore = snapshot.get("exploration", {})
+    if "epsilon" in explore:
+        line += f" | eps {explore['epsilon']:.3f}"
+    return line
 
 
 class ProgressReporter:

@@ -24,7 +24,7 @@ def snapshot(controller) -> dict:
         "episodes": c.episodes,
         "episode_return_mean": controller.episodes.return_mean,
         "episode_length_mean": controller.episodes.length_mean,
-        "epsilon": controller.epsilon(),
+        "exploration": controller.exploration(),
         "elapsed_s": time.perf_counter() - controller.started_at,
         "generation": c.generation,
         "update_to_data": c.optim_steps / max(c.collected_frames, 1),
@@ -56,6 +56,8 @@ def summary(controller) -> dict:
         "stopped_early": controller.stop_requested,
         "stop_reason": controller.stop_reason,
         "return_milestones": {f"{k:g}": v for k, v in sorted(controller.milestones.items())},
+        "algorithm": controller.config.algorithm,
+        **controller.loop.state_dict(),
     }
 
 

@@ -2,8 +2,9 @@
 
 Needs the ``tensorboard`` package (``pip install "relayrl[tensorboard]"``). Scalars are logged
 against collected frames: ``episode/return``, ``episode/length``, ``throughput/frames_per_s``,
-``throughput/updates_per_s``, ``exploration/epsilon``, ``learner/update_to_data`` and every
-learner metric as ``learner/<name>``, plus ``replay/size/<shard>``.
+``throughput/updates_per_s``, ``learner/update_to_data``, every numeric exploration parameter as
+``exploration/<name>`` (e.g. ``exploration/epsilon``) and every learner metric as
+``learner/<name>``, plus ``replay/size/<shard>``.
 """
 
 from __future__ import annotations
@@ -23,7 +24,6 @@ SCALARS = {
     "episode_length_mean": "episode/length",
     "frames_per_s": "throughput/frames_per_s",
     "updates_per_s": "throughput/updates_per_s",
-    "epsilon": "exploration/epsilon",
     "update_to_data": "learner/update_to_data",
 }
 
@@ -50,6 +50,9 @@ class TensorBoardLogger:
             value = snapshot.get(key)
             if value is not None and math.isfinite(value):
                 self.writer.add_scalar(tag, value, step)
+        for name, value in snapshot.get("exploration", {}).items():
+            if isinstance(value, int | float) and not isinstance(value, bool):
+                self.writer.add_scalar(f"exploration/{name}", value, step)
         for name, value in snapshot.get("learner", {}).items():
             if math.isfinite(value):
                 self.writer.add_scalar(f"learner/{name}", value, step)

@@ -132,7 +132,7 @@ def test_dead_learner_is_restored_from_the_latest_checkpoint(ray_cluster, tmp_pa
         controller.train()
         c = controller.counters
         assert killed and c.generation == 1
-        assert c.model_version == c.optim_steps == controller.steps_target()
+        assert c.model_version == c.optim_steps == controller.loop.steps_target()
         assert controller.weights.generation == 1
     finally:
         controller.shutdown()

@@ -81,7 +81,7 @@ def test_n_step_targets_match_a_hand_computed_episode():
     worker = scripted_worker(n_step=3, gamma=0.5)
     # 3 steps + 1 auto-reset step + 5 steps + 1 auto-reset, then 2 more so every window of
     # episode 1 is complete.
-    batch = worker.rollout(12, epsilon=1.0, policy_version=7)
+    batch = worker.rollout(12, explore=1.0, policy_version=7)
     t = batch.transitions
     check_expected(t)
     assert batch.episode_returns == [6.0, 15.0]
@@ -91,7 +91,7 @@ def test_n_step_targets_match_a_hand_computed_episode():
 
 def test_rollout_boundaries_do_not_cut_windows():
     worker = scripted_worker(n_step=3, gamma=0.5)
-    parts = [worker.rollout(k, epsilon=1.0, policy_version=k) for k in (1, 2, 1, 4, 4)]
+    parts = [worker.rollout(k, explore=1.0, policy_version=k) for k in (1, 2, 1, 4, 4)]
     t = {key: np.concatenate([p.transitions[key] for p in parts]) for key in parts[0].transitions}
     check_expected(t)
     # Each transition keeps the version of the policy that chose its first action (step 3
@@ -102,7 +102,7 @@ def test_rollout_boundaries_do_not_cut_windows():
 
 def test_one_step_transitions_discount_by_gamma():
     worker = scripted_worker(n_step=1, gamma=0.9)
-    t = worker.rollout(5, epsilon=1.0, policy_version=0).transitions
+    t = worker.rollout(5, explore=1.0, policy_version=0).transitions
     assert t["reward"].tolist() == [1, 2, 3, 1]  # step 4 only auto-reset the env
     assert t["next_observation"][:, 1].tolist() == [1, 2, 3, 1]
     assert np.allclose(t["n_step_discount"], 0.9)
@@ -116,7 +116,7 @@ def test_chunked_rollouts_equal_one_long_rollout():
         policy = spec.make_policy(spec.build(), np.random.SeedSequence(3))
         envs = make_vector_env("CartPole-v1", 3)
         worker = RolloutWorker(envs, policy, env_seeds(0, 0, 3), n_step=4, gamma=0.9)
-        parts = [worker.rollout(k, epsilon=0.5, policy_version=0) for k in chunks]
+        parts = [worker.rollout(k, explore=0.5, policy_version=0) for k in chunks]
         return {k: np.concatenate([p.transitions[k] for p in parts]) for k in parts[0].transitions}
 
     whole = collect([150])
@@ -133,7 +133,7 @@ def test_no_window_spans_two_episodes_under_autoreset():
     frames = 0
     lengths = []
     for _ in range(10):
-        batch = worker.rollout(9, epsilon=1.0, policy_version=0)
+        batch = worker.rollout(9, explore=1.0, policy_version=0)
         t = batch.transitions
         frames += batch.frames
         lengths += batch.episode_lengths
@@ -145,7 +145,9 @@ def test_no_window_spans_two_episodes_under_autoreset():
     assert set(lengths) == {2, 7, 1, 4}
     # Every real step is either written or waiting in an open window: nothing is lost.
     pending_valid = int(worker.nstep.pending["valid"].sum())
-    assert frames + pending_valid == sum(lengths) + int(worker.episode_length.sum())
+    assert frames + pending_valid == sum(lengths) + int(
+        worker.episodes_tracker.episode_length.sum()
+    )
 
 
 def test_buffer_validates_its_arguments():

@@ -33,7 +33,7 @@ def test_controller_stops_when_the_metric_stalls(ray_cluster, tmp_path):
             "controller.total_frames=1000000",
             "controller.log_interval_s=0.2",
             # Epsilon only decreases, so in "max" mode it never improves after the first reading.
-            "controller.early_stop_metric=epsilon",
+            "controller.early_stop_metric=exploration.epsilon",
             "controller.early_stop_patience_frames=3000",
             "collector.epsilon_anneal_frames=100000",
             "metrics.enabled=false",
@@ -46,6 +46,6 @@ def test_controller_stops_when_the_metric_stalls(ray_cluster, tmp_path):
     finally:
         controller.shutdown()
     assert summary["stopped_early"] is True
-    assert summary["stop_reason"].startswith("early stop: epsilon did not improve")
+    assert summary["stop_reason"].startswith("early stop: exploration.epsilon did not improve")
     assert 3000 <= summary["frames"] < 100_000
     assert controller.last_checkpoint is not None  # a stop still cuts a final checkpoint

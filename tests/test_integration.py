@@ -62,7 +62,7 @@ def test_accounting_pacing_and_versions(ray_cluster, world_size, extra):
         assert all(s["sampler"] == "prioritized" for s in shard_stats)
     assert total <= c.collected_frames < total + 2 * config.collector.rollout_frames
     assert c.model_version == c.optim_steps == sum(r.optim_steps for r in rounds) > 0
-    assert c.optim_steps == controller.steps_target()
+    assert c.optim_steps == controller.loop.steps_target()
     assert [r.round_id for r in rounds] == list(range(1, len(rounds) + 1))
     assert c.published_version == c.model_version
     assert collector_versions == [(0, c.published_version)] * 2

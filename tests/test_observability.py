@@ -81,7 +81,7 @@ def test_scrapes_during_a_run_then_plot(tmp_path, free_port):
         assert value(second, name) > value(first, name) > 0
     assert value(second, "relayrl_optim_steps_total") >= value(first, "relayrl_optim_steps_total")
     assert value(second, "relayrl_model_version") >= value(first, "relayrl_model_version")
-    assert 0.0 <= value(second, "relayrl_epsilon") <= 1.0
+    assert 0.0 <= value(second, "relayrl_exploration", param="epsilon") <= 1.0
     assert 8.0 <= value(second, "relayrl_episode_return") <= 500.0
     assert value(second, "relayrl_rollout_latency_seconds_count") > 0
     for shard in ("0", "1"):

@@ -18,7 +18,7 @@ def make_worker(num_envs=4, seed=0):
 
 def test_no_transition_spans_two_episodes():
     worker = make_worker()
-    batch = worker.rollout(200, epsilon=1.0, policy_version=5)
+    batch = worker.rollout(200, explore=1.0, policy_version=5)
     t = batch.transitions
     # CartPole's reset observations lie in [-0.05, 0.05]; a next_observation after a terminal
     # step is the terminal state, never a fresh reset of the following episode.
@@ -26,7 +26,9 @@ def test_no_transition_spans_two_episodes():
     assert (t["policy_version"] == 5).all()
     assert len(batch.episode_returns) > 0
     # Total frames equal the finished episodes' lengths plus the unfinished ones'.
-    assert batch.frames == sum(batch.episode_lengths) + int(worker.episode_length.sum())
+    assert batch.frames == sum(batch.episode_lengths) + int(
+        worker.episodes_tracker.episode_length.sum()
+    )
     # Per env, consecutive transitions chain: obs[t+1] == next_obs[t] unless the episode ended.
     envs = worker.num_envs
     assert batch.frames < 200 * envs  # the auto-reset steps were dropped
@@ -34,7 +36,7 @@ def test_no_transition_spans_two_episodes():
 
 def test_transitions_chain_within_each_env():
     worker = make_worker(num_envs=1)
-    batch = worker.rollout(300, epsilon=1.0, policy_version=0)
+    batch = worker.rollout(300, explore=1.0, policy_version=0)
     t = batch.transitions
     done = t["terminated"] | t["truncated"]
     for i in range(batch.frames - 1):
@@ -61,7 +63,7 @@ def test_episode_statistics_carry_across_rollouts():
     worker = make_worker(num_envs=3)
     returns, lengths = [], []
     for steps in (5, 1, 40, 13, 60):
-        batch = worker.rollout(steps, epsilon=1.0, policy_version=0)
+        batch = worker.rollout(steps, explore=1.0, policy_version=0)
         returns += batch.episode_returns
         lengths += batch.episode_lengths
     assert len(lengths) >= 3
@@ -76,7 +78,7 @@ def test_async_vector_env_and_env_kwargs():
     policy = spec.make_policy(spec.build(), np.random.SeedSequence(0))
     worker = RolloutWorker(envs, policy, env_seeds(0, 0, 2))
     try:
-        batch = worker.rollout(12, epsilon=0.0, policy_version=0)
+        batch = worker.rollout(12, explore=0.0, policy_version=0)
     finally:
         envs.close()
     assert max(batch.episode_lengths) <= 5
@@ -98,7 +100,7 @@ def test_categorical_actor_stores_log_probs_and_values():
     network = spec.build()
     policy = spec.make_policy(network, np.random.SeedSequence(0))
     worker = RolloutWorker(make_vector_env("CartPole-v1", 4), policy, env_seeds(0, 0, 4))
-    t = worker.rollout(50, epsilon=0.0, policy_version=0).transitions
+    t = worker.rollout(50, explore=0.0, policy_version=0).transitions
     obs = torch.as_tensor(t["observation"])
     with torch.no_grad():
         logits, values = network(obs)
@@ -116,7 +118,7 @@ def test_gaussian_actor_log_probs_match_torch_distributions(squash):
     network = spec.build()
     policy = spec.make_policy(network, np.random.SeedSequence(1))
     worker = RolloutWorker(make_vector_env("Pendulum-v1", 2), policy, env_seeds(0, 0, 2))
-    t = worker.rollout(30, epsilon=0.0, policy_version=0).transitions
+    t = worker.rollout(30, explore=0.0, policy_version=0).transitions
     with torch.no_grad():
         mean, values = network(torch.as_tensor(t["observation"]))
     dist = torch.distributions.Normal(mean, network.log_std.detach().exp())

@@ -1,0 +1,207 @@
+"""The pure on-policy rollout core: fixed-length rollouts with advantages (no Ray).
+
+On-policy learners train on exactly what one policy version collected, so every rollout must
+yield a known number of transitions. The worker steps a vector env in gymnasium's
+``SAME_STEP`` autoreset mode: the step that ends an episode already returns the next episode's
+first observation (the final one is in ``info["final_obs"]``), so every step is a transition and
+a rollout of ``T`` vector steps over ``n`` envs yields exactly ``T * n`` of them.
+
+Two kinds of rollouts (:class:`OnPolicyWorker`):
+    * ``gae``: ``T`` steps per env; episodes continue across rollouts. Advantages and value
+      targets come from :func:`collector.advantages.gae`, bootstrapping from ``V(s_T)`` at the
+      rollout's end and from the final state's value at a truncation (one extra critic pass
+      over the truncated envs' final observations).
+    * ``episodes``: Monte-Carlo (REINFORCE). The envs are reset with fresh seeds and every env
+      runs exactly one complete episode; steps an env takes after its episode ended are not
+      transitions (not stored, not counted). Returns come from
+      :func:`collector.advantages.returns_to_go`; with a value baseline, truncations bootstrap
+      from the critic and ``advantage = G - V(s)``, without one ``advantage = G``.
+
+Every transition stores ``observation, action, reward, terminated, truncated, policy_version,
+log_prob, value, advantage, value_target``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import gymnasium as gym
+import numpy as np
+import torch
+
+from collector.advantages import gae, returns_to_go
+from collector.episodes import EpisodeTracker
+from collector.rollout import RolloutBatch
+
+# An env whose episode runs longer than this in an ``episodes`` rollout has no time limit.
+MAX_EPISODE_STEPS = 100_000
+
+
+@dataclasses.dataclass(frozen=True)
+class OnPolicyTransform:
+    """How an on-policy rollout turns rewards into learning targets.
+
+    Attributes:
+        kind: ``gae`` (fixed-length rollouts, GAE) or ``episodes`` (complete episodes,
+            Monte-Carlo returns).
+        gamma: Discount factor.
+        gae_lambda: GAE's lambda (``gae``; 1.0 gives A2C's n-step returns).
+        baseline: ``episodes`` only: bootstrap truncations from the critic and subtract
+            ``V(s)`` from the returns.
+    """
+
+    kind: str = "gae"
+    gamma: float = 0.99
+    gae_lambda: float = 0.95
+    baseline: bool = True
+
+    def __post_init__(self) -> None:
+        if self.kind not in ("gae", "episodes"):
+            raise ValueError(f"kind: must be 'gae' or 'episodes', got {self.kind!r}")
+
+
+class OnPolicyWorker:
+    """Steps a ``SAME_STEP`` vector env with a stochastic actor-critic policy.
+
+    Args:
+        envs: A gymnasium vector env in ``SAME_STEP`` autoreset mode.
+        policy: Has ``act(obs, explore) -> (actions, {"log_prob", "value"})`` and
+            ``value(obs) -> [n]``.
+        seeds: One reset seed per sub-env.
+        transform: What targets to build.
+
+    Examples:
+        >>> from collector.env import make_vector_env
+        >>> from collector.stochastic import ActorCriticSpec
+        >>> spec = ActorCriticSpec(4, 2)
+        >>> policy = spec.make_policy(spec.build(), np.random.SeedSequence(0))
+        >>> envs = make_vector_env("CartPole-v1", 2, autoreset="same_step")
+        >>> worker = OnPolicyWorker(envs, policy, [1, 2], OnPolicyTransform())
+        >>> worker.rollout(num_steps=10, explore={}, policy_version=0).frames
+        20
+    """
+
+    def __init__(
+        self, envs: gym.vector.VectorEnv, policy, seeds: list[int], transform: OnPolicyTransform
+    ) -> None:
+        self.envs = envs
+        self.policy = policy
+        self.num_envs = envs.num_envs
+        self.transform = transform
+        space = envs.single_action_space
+        self.action_bounds = (space.low, space.high) if isinstance(space, gym.spaces.Box) else None
+        self.episodes_tracker = EpisodeTracker(self.num_envs)
+        self.frames = 0
+        self.reset(seeds)
+
+    @property
+    def episodes(self) -> int:
+        """Episodes finished so far."""
+        return self.episodes_tracker.episodes
+
+    @episodes.setter
+    def episodes(self, value: int) -> None:
+        self.episodes_tracker.episodes = value
+
+    def reset(self, seeds: list[int]) -> None:
+        """Starts fresh episodes from ``seeds``; partial episodes are dropped."""
+        self.obs, _ = self.envs.reset(seed=seeds)
+        self.episodes_tracker.reset()
+
+    def rollout(
+        self, num_steps: int, explore, policy_version: int, *, seeds: list[int] | None = None
+    ) -> RolloutBatch:
+        """Collects one rollout (see the module docstring for the two kinds).
+
+        Args:
+            num_steps: Vector steps (``gae``); ignored by ``episodes`` rollouts, which run
+                until every env has finished one episode.
+            explore: Exploration parameters handed to the policy.
+            policy_version: Stored with every transition.
+            seeds: ``episodes`` only: reset seeds of this rollout's episodes.
+        """
+        whole = self.transform.kind == "episodes"
+        if whole:
+            self.reset(seeds if seeds is not None else [None] * self.num_envs)
+        steps = self._step(num_steps, explore, whole)
+        valid = steps.pop("valid")
+        done = steps["terminated"] | steps["truncated"]
+        returns, lengths = self.episodes_tracker.update(steps["reward"], valid, done & valid)
+        if whole:
+            self.episodes_tracker.reset()
+        self._targets(steps)
+        transitions = {k: v[valid] for k, v in steps.items()}
+        transitions["policy_version"] = np.full(int(valid.sum()), policy_version, np.int64)
+        batch = RolloutBatch(transitions, returns, lengths)
+        self.frames += batch.frames
+        return batch
+
+    def _step(self, num_steps: int, explore, whole: bool) -> dict[str, np.ndarray]:
+        """Steps the envs; returns time-major buffers plus ``valid`` and the bootstrap values."""
+        n = self.num_envs
+        act, step, bounds = self.policy.act, self.envs.step, self.action_bounds
+        rows: dict[str, list[np.ndarray]] = {}
+        finals: list[tuple[int, np.ndarray, np.ndarray]] = []  # (t, env indices, final obs)
+        running = np.ones(n, dtype=bool)  # ``episodes``: env still in its first episode
+        valid_rows = []
+        obs = self.obs
+        t = 0
+        with torch.inference_mode():
+            while (running.any() if whole else t < num_steps) and t < MAX_EPISODE_STEPS:
+                actions, extras = act(obs, explore)
+                row = {"observation": obs.copy(), "action": actions, **extras}
+                obs, reward, terminated, truncated, info = step(
+                    np.clip(actions, *bounds) if bounds is not None else actions
+                )
+                row.update(reward=reward, terminated=terminated, truncated=truncated)
+                for key, value in row.items():
+                    rows.setdefault(key, []).append(np.asarray(value))
+                if truncated.any():
+                    envs = np.flatnonzero(truncated)
+                    final = np.stack([np.asarray(info["final_obs"][e]) for e in envs])
+                    finals.append((t, envs, final))
+                valid_rows.append(running.copy())
+                if whole:
+                    running &= ~(terminated | truncated)
+                t += 1
+        if whole and running.any():
+            raise RuntimeError(f"an episode ran past {MAX_EPISODE_STEPS} steps: no time limit?")
+        self.obs = obs
+        steps = {k: np.stack(v) for k, v in rows.items()}
+        steps["reward"] = steps["reward"].astype(np.float32)
+        steps["valid"] = np.stack(valid_rows)
+        bootstrap = np.zeros(steps["reward"].shape, dtype=np.float32)
+        needs_values = not whole or self.transform.baseline
+        if finals and needs_values:
+            values = self.policy.value(np.concatenate([f for _, _, f in finals]))
+            offset = 0
+            for t_end, envs, final in finals:
+                bootstrap[t_end, envs] = values[offset : offset + len(final)]
+                offset += len(final)
+        steps["bootstrap"] = bootstrap
+        if not whole:
+            steps["last_value"] = self.policy.value(obs)[None]
+        return steps
+
+    def _targets(self, steps: dict[str, np.ndarray]) -> None:
+        """Adds ``advantage`` and ``value_target`` (and drops the helper arrays)."""
+        cfg = self.transform
+        bootstrap = steps.pop("bootstrap")
+        reward, terminated, truncated = steps["reward"], steps["terminated"], steps["truncated"]
+        if cfg.kind == "gae":
+            value = steps["value"]
+            next_value = np.concatenate([value[1:], steps.pop("last_value")])
+            next_value = np.where(truncated, bootstrap, next_value)
+            steps["advantage"], steps["value_target"] = gae(
+                reward,
+                value,
+                next_value,
+                terminated,
+                truncated,
+                gamma=cfg.gamma,
+                lam=cfg.gae_lambda,
+            )
+            return
+        returns = returns_to_go(reward, terminated, truncated, gamma=cfg.gamma, bootstrap=bootstrap)
+        steps["value_target"] = returns
+        steps["advantage"] = returns - steps["value"] if cfg.baseline else returns

@@ -1,0 +1,159 @@
+"""SAC's actor: a tanh-squashed Gaussian with a state-dependent scale, and its collector policy.
+
+The actor maps an observation to the mean and log standard deviation of a Gaussian over
+``u``; the action is ``a = center + half_range * tanh(u)``, inside the env's ``Box`` bounds.
+Its log-probability includes the change of variables (Haarnoja et al., 2018, appendix C)::
+
+    log pi(a | s) = log N(u; mu(s), sigma(s)) - sum_i log(half_range_i * (1 - tanh(u_i)^2))
+
+The same :meth:`SquashedGaussianActor.sample` (reparameterized, ``rsample``) serves the learner's
+actor loss and, under ``inference_mode``, the collectors. Published weights are the actor's
+only: the critics live in the learner's loss module.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import numpy as np
+import torch
+from torch import nn
+
+from collector.policy import Explore, exploration, mlp_trunk
+
+LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0
+
+
+@dataclasses.dataclass(frozen=True)
+class SquashedGaussianSpec:
+    """A tanh-Gaussian actor MLP for a ``Box`` action space.
+
+    Attributes:
+        obs_dim: Size of the flat observation.
+        action_dim: Action dimensions.
+        action_low: Lower bound of each action dimension.
+        action_high: Upper bound of each action dimension.
+        hidden_sizes: Hidden widths (ReLU).
+
+    Examples:
+        >>> spec = SquashedGaussianSpec(3, 1, (-2.0,), (2.0,))
+        >>> policy = spec.make_policy(spec.build(), np.random.SeedSequence(0))
+        >>> actions, _ = policy.act(np.zeros((4, 3), np.float32), {})
+        >>> actions.shape, bool(np.abs(actions).max() <= 2.0)
+        ((4, 1), True)
+    """
+
+    obs_dim: int
+    action_dim: int
+    action_low: tuple[float, ...]
+    action_high: tuple[float, ...]
+    hidden_sizes: tuple[int, ...] = (256, 256)
+
+    def __post_init__(self) -> None:
+        if len(self.action_low) != self.action_dim or len(self.action_high) != self.action_dim:
+            raise ValueError("action_low, action_high: need one bound per action dimension")
+        if not all(
+            math.isfinite(lo) and math.isfinite(hi) and lo < hi
+            for lo, hi in zip(self.action_low, self.action_high, strict=True)
+        ):
+            raise ValueError("action_low, action_high: bounds must be finite with low < high")
+
+    def build(self) -> SquashedGaussianActor:
+        """Returns a freshly initialized actor (uses torch's global RNG)."""
+        return SquashedGaussianActor(self)
+
+    def make_policy(
+        self, network: SquashedGaussianActor, seed: np.random.SeedSequence
+    ) -> TanhGaussianPolicy:
+        """The sampling policy collectors run with this actor."""
+        return TanhGaussianPolicy(network, seed)
+
+
+class SquashedGaussianActor(nn.Module):
+    """``obs -> (mean, log_std)`` of the pre-squash Gaussian; see the module docstring."""
+
+    def __init__(self, spec: SquashedGaussianSpec) -> None:
+        super().__init__()
+        self.spec = spec
+        self.trunk, width = mlp_trunk(spec.obs_dim, spec.hidden_sizes)
+        self.mean = nn.Linear(width, spec.action_dim)
+        self.log_std = nn.Linear(width, spec.action_dim)
+        low = torch.tensor(spec.action_low, dtype=torch.float32)
+        high = torch.tensor(spec.action_high, dtype=torch.float32)
+        self.register_buffer("center", (high + low) / 2, persistent=False)
+        self.register_buffer("half_range", (high - low) / 2, persistent=False)
+
+    def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Mean and clamped log standard deviation, each ``[n, action_dim]``."""
+        features = self.trunk(obs)
+        log_std = self.log_std(features).clamp(LOG_STD_MIN, LOG_STD_MAX)
+        return self.mean(features), log_std
+
+    def sample(
+        self, obs: torch.Tensor, generator: torch.Generator | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """A reparameterized action in the env's bounds and its log-probability ``[n]``."""
+        mean, log_std = self(obs)
+        std = log_std.exp()
+        noise = torch.randn(mean.shape, generator=generator, device=mean.device)
+        u = mean + std * noise
+        squashed = torch.tanh(u)
+        log_prob = (-0.5 * noise.square() - log_std - 0.5 * math.log(2 * math.pi)).sum(-1)
+        # log(1 - tanh(u)^2) = 2 * (log 2 - u - softplus(-2u)), stable for large |u|.
+        log_det = 2 * (math.log(2) - u - nn.functional.softplus(-2 * u))
+        log_prob = log_prob - (log_det + self.half_range.log()).sum(-1)
+        return self.center + self.half_range * squashed, log_prob
+
+    def mode(self, obs: torch.Tensor) -> torch.Tensor:
+        """The deterministic action ``center + half_range * tanh(mean)`` (evaluation)."""
+        mean, _ = self(obs)
+        return self.center + self.half_range * torch.tanh(mean)
+
+
+class TanhGaussianPolicy:
+    """Collector policy of a :class:`SquashedGaussianActor`.
+
+    Exploration parameters: ``random`` draws uniform actions in the bounds (SAC's warm-up
+    during ``init_random_frames``), ``deterministic`` takes the squashed mean; otherwise the
+    policy samples. No extras are stored (SAC recomputes log-probabilities).
+
+    Args:
+        network: The actor.
+        seed: Seeds the sampling generators.
+    """
+
+    def __init__(self, network: SquashedGaussianActor, seed: np.random.SeedSequence) -> None:
+        self.network = network
+        self.spec = network.spec
+        self.rng = np.random.default_rng(seed)
+        self.generator = torch.Generator().manual_seed(int(seed.generate_state(1)[0]))
+        self.low = np.asarray(self.spec.action_low, dtype=np.float32)
+        self.high = np.asarray(self.spec.action_high, dtype=np.float32)
+
+    def act(self, obs: np.ndarray, explore: Explore = None) -> tuple[np.ndarray, dict]:
+        """Returns float32 actions ``[n, action_dim]`` and no extras."""
+        params = exploration(explore)
+        n = obs.shape[0]
+        if params.get("random"):
+            actions = self.rng.uniform(self.low, self.high, size=(n, self.spec.action_dim))
+            return actions.astype(np.float32), {}
+        with torch.inference_mode():
+            x = torch.as_tensor(obs, dtype=torch.float32)
+            if params.get("deterministic"):
+                actions = self.network.mode(x)
+            else:
+                actions, _ = self.network.sample(x, self.generator)
+        return actions.numpy(), {}
+
+    def state_dict(self) -> dict:
+        """Both generators' states."""
+        return {
+            "numpy_rng": self.rng.bit_generator.state,
+            "torch_rng": self.generator.get_state().numpy(),
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        """Restores both generators."""
+        self.rng.bit_generator.state = state["numpy_rng"]
+        self.generator.set_state(torch.tensor(np.asarray(state["torch_rng"]), dtype=torch.uint8))

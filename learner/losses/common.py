@@ -1,0 +1,31 @@
+"""Pieces shared by the policy-gradient losses (PPO, A2C, REINFORCE)."""
+
+from __future__ import annotations
+
+import torch
+from tensordict import TensorDict
+from torch import nn
+
+
+def evaluate_actions(
+    network: nn.Module, batch: TensorDict
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Runs an ``ActorCritic`` on the batch's observations.
+
+    Returns:
+        ``(log_prob, entropy, value)`` of the stored actions under the current policy, each
+        ``[n]``.
+    """
+    out, value = network(batch["observation"])
+    distribution = network.distribution(out)
+    action = batch["action"]
+    if action.dtype.is_floating_point is False:
+        action = action.long()
+    return distribution.log_prob(action), distribution.entropy(), value
+
+
+def normalized(advantage: torch.Tensor, enabled: bool) -> torch.Tensor:
+    """``(A - mean A) / (std A + 1e-8)`` over the minibatch when ``enabled`` (and n > 1)."""
+    if not enabled or advantage.numel() < 2:
+        return advantage
+    return (advantage - advantage.mean()) / (advantage.std() + 1e-8)

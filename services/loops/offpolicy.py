@@ -1,0 +1,94 @@
+"""The asynchronous off-policy loop (DQN, SAC): collection and learning overlap.
+
+1. keep each collector busy with up to ``collector.max_inflight`` rollouts while the frames
+   counted plus the frames in flight are below ``total_frames`` (so the budget is overshot by
+   less than one rollout) and the learners are not trailing by more than ``max_lag_steps``;
+2. once ``init_random_frames`` are in and replay holds a global batch, keep one learner round
+   in flight so that optimizer steps track ``utd_ratio * (frames - init_random_frames)``;
+3. stop at ``total_frames`` (after the owed learner steps) or on a stop request.
+
+Receipts are counted by the controller (``Controller.wait_and_process``).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+
+
+class OffPolicyLoop:
+    """Update-to-data pacing over asynchronous collectors.
+
+    Args:
+        controller: The runtime whose collectors, learners and counters the loop drives.
+    """
+
+    def __init__(self, controller) -> None:
+        self.controller = controller
+        self.config = controller.config
+
+    def steps_target(self) -> int:
+        """Optimizer steps owed for the frames counted so far (UTD pacing)."""
+        ctrl = self.config.controller
+        counters = self.controller.counters
+        learnable = counters.collected_frames - ctrl.init_random_frames
+        if learnable <= 0 or counters.transitions < self.config.learner.global_batch_size:
+            return 0
+        return math.floor(ctrl.utd_ratio * learnable)
+
+    def _inflight_frames(self) -> int:
+        cfg = self.config.collector
+        return len(self.controller.inflight) * cfg.rollout_frames * cfg.frame_skip
+
+    def _collection_open(self) -> bool:
+        ctrl, c = self.config.controller, self.controller
+        if c.stop_requested:
+            return False
+        if c.counters.collected_frames + self._inflight_frames() >= ctrl.total_frames:
+            return False
+        return self.steps_target() - c.counters.optim_steps <= ctrl.max_lag_steps
+
+    def _issue_rollouts(self) -> None:
+        c, cfg = self.controller, self.config.collector
+        per_collector = [0] * len(c.collectors)
+        for index in c.inflight.values():
+            per_collector[index] += 1
+        for index in range(len(c.collectors)):
+            while per_collector[index] < cfg.max_inflight and self._collection_open():
+                ref = c.collectors.rollout(index, cfg.rollout_frames, c.exploration(), c.weights)
+                c.inflight[ref] = index
+                per_collector[index] += 1
+
+    def _maybe_start_round(self) -> None:
+        c = self.controller
+        if c.pending_round is not None or c.stop_requested:
+            return
+        owed = self.steps_target() - c.counters.optim_steps
+        if owed > 0:
+            steps = min(owed, self.config.controller.max_steps_per_round)
+            beta = None
+            if self.config.replay.sampler == "prioritized":
+                beta = self.config.replay.beta(c.counters.collected_frames)
+            c.pending_round = c.learners.start_round(steps, beta=beta)
+
+    def run(self) -> None:
+        """Runs until the frame budget and the owed steps are done, or a stop."""
+        c = self.controller
+        interval = self.config.controller.log_interval_s
+        next_progress = time.perf_counter() + interval
+        while True:
+            c.maybe_checkpoint()
+            self._issue_rollouts()
+            self._maybe_start_round()
+            if not c.wait_and_process(interval):
+                break  # nothing in flight and nothing owed: budget reached or stop requested
+            if time.perf_counter() >= next_progress:
+                c.progress()
+                next_progress = time.perf_counter() + interval
+
+    def state_dict(self) -> dict:
+        """Nothing beyond the driver's counters."""
+        return {}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Nothing to restore."""

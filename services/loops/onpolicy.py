@@ -1,0 +1,104 @@
+"""The lockstep on-policy loop (PPO, A2C, REINFORCE): policy lag 0 by construction.
+
+One iteration:
+
+1. every collector runs one rollout with the newest published version (``rollout_frames``
+   transitions, or one complete episode per env for REINFORCE) into the FIFO tables;
+2. the learners run one round of ``num_epochs x num_minibatches`` optimizer steps on exactly
+   that batch (each rank takes ``batch / world_size`` items and trains every epoch on a fresh
+   shuffle of them), and rank 0 publishes;
+3. the tables are cleared, and the next iteration collects with the new version.
+
+The learners report the largest ``version - policy_version`` of the items they trained on; it
+must be 0 (anything else is a protocol breach and stops the run). A checkpoint is cut between
+iterations, when nothing is in flight and the tables are empty, so a resumed run continues with
+the next iteration, its iteration count and the learners' LR schedule intact. A collector lost
+mid-iteration (restarted by Ray) voids that iteration's batch: the tables are cleared and the
+iteration is collected again; frames already counted stay counted.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from learner.receipts import ProtocolError
+from learner.sampling import EpochPlan
+
+logger = logging.getLogger(__name__)
+
+
+class OnPolicyLoop:
+    """Collect, train, publish, repeat.
+
+    Args:
+        controller: The runtime whose collectors, learners and counters the loop drives.
+    """
+
+    def __init__(self, controller) -> None:
+        self.controller = controller
+        self.config = controller.config
+        self.iteration = 0
+
+    def _collect(self) -> int | None:
+        """One rollout per collector; returns the transitions stored, None if one was lost."""
+        c, cfg = self.controller, self.config.collector
+        exploration = c.exploration()
+        for index in range(len(c.collectors)):
+            ref = c.collectors.rollout(index, cfg.rollout_frames, exploration, c.weights)
+            c.inflight[ref] = index
+        before = c.counters.transitions
+        failures = c.counters.collector_failures
+        while c.inflight:
+            c.wait_and_process(self.config.controller.log_interval_s)
+        if c.counters.collector_failures != failures:
+            return None
+        return c.counters.transitions - before
+
+    def _plan(self, transitions: int) -> EpochPlan:
+        options = self.config.learner.onpolicy
+        items = transitions // self.config.learner.world_size
+        return EpochPlan(items, options.num_epochs, options.num_minibatches)
+
+    def _learn(self, transitions: int) -> bool:
+        """One learner round on the batch; False if the generation failed and was restored."""
+        c = self.controller
+        plan = self._plan(transitions)
+        generation = c.counters.generation
+        c.pending_round = c.learners.start_round(plan.steps, epochs=plan)
+        while c.pending_round is not None:
+            c.wait_and_process(self.config.controller.log_interval_s)
+        if c.counters.generation != generation:
+            return False
+        lag = c.last_learner_metrics.get("policy_lag_max", 0.0)
+        if lag != 0:
+            raise ProtocolError(
+                f"iteration {self.iteration}: learners trained on transitions {lag:g} versions "
+                "old; the lockstep loop must train on the current version only"
+            )
+        return True
+
+    def run(self) -> None:
+        """Iterates until the frame budget is collected or a stop is requested."""
+        c = self.controller
+        ctrl = self.config.controller
+        while not c.stop_requested and c.counters.collected_frames < ctrl.total_frames:
+            c.maybe_checkpoint()
+            transitions = self._collect()
+            if transitions is None:
+                logger.warning(
+                    "iteration %d: a collector died; collecting it again", self.iteration
+                )
+                c.replay.clear()
+                continue
+            if transitions and self._learn(transitions):
+                self.iteration += 1
+            c.replay.clear()
+            c.progress()
+
+    def state_dict(self) -> dict:
+        """The iteration count."""
+        return {"iteration": self.iteration}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Restores :meth:`state_dict`."""
+        self.iteration = int(state.get("iteration", 0))
