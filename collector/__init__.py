@@ -64,26 +64,39 @@ with the failed rollout's reference; the group counts one restart per death (not
 rollout) and re-sends the newest weights with the collector's next rollouts.
 """
 
-from collector.actor import Collector
-from collector.config import CollectorConfig
-from collector.group import CollectorGroup, CollectorsPausedError
-from collector.nstep import NStepBuffer
-from collector.policy import EpsilonGreedy, ModelSpec
-from collector.receipts import RolloutReceipt
-from collector.rollout import RolloutBatch, RolloutWorker
-from collector.stochastic import ActorCriticSpec, StochasticActor
+from __future__ import annotations
 
-__all__ = [
-    "ActorCriticSpec",
-    "Collector",
-    "CollectorConfig",
-    "CollectorGroup",
-    "CollectorsPausedError",
-    "EpsilonGreedy",
-    "ModelSpec",
-    "NStepBuffer",
-    "RolloutBatch",
-    "RolloutReceipt",
-    "RolloutWorker",
-    "StochasticActor",
-]
+import importlib
+
+# Exports load on first use, so a process that unpickles one small class (a receipt, a spec)
+# does not import the whole package (torch.distributed, DDP, env machinery).
+_EXPORTS = {
+    "EpisodeTracker": "collector.episodes",
+    "OnPolicyTransform": "collector.onpolicy",
+    "OnPolicyWorker": "collector.onpolicy",
+    "SquashedGaussianSpec": "collector.squashed",
+    "TanhGaussianPolicy": "collector.squashed",
+    "gae": "collector.advantages",
+    "returns_to_go": "collector.advantages",
+    "ActorCriticSpec": "collector.stochastic",
+    "Collector": "collector.actor",
+    "CollectorConfig": "collector.config",
+    "CollectorGroup": "collector.group",
+    "CollectorsPausedError": "collector.group",
+    "EpsilonGreedy": "collector.policy",
+    "ModelSpec": "collector.policy",
+    "NStepBuffer": "collector.nstep",
+    "RolloutBatch": "collector.rollout",
+    "RolloutReceipt": "collector.receipts",
+    "RolloutWorker": "collector.rollout",
+    "StochasticActor": "collector.stochastic",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str):
+    """Imports an exported name's module on first use (PEP 562)."""
+    if name not in _EXPORTS:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(_EXPORTS[name]), name)

@@ -55,44 +55,49 @@ of a round's items to ``ReplayClient.update_priorities(shard, index, priority)``
 fire and forget) when the client has it.
 """
 
-from learner.config import LearnerConfig
-from learner.core import LearnerCore
-from learner.delayed import DelayedPolicyStepper
-from learner.group import LearnerGroup, PendingRound
-from learner.loss import DQNLoss, LossDispatch
-from learner.precision import MixedPrecisionStepper
-from learner.rank import LearnerRank
-from learner.receipts import (
-    ProtocolError,
-    PublishedWeights,
-    StaleGenerationError,
-    StepReceipt,
-    verify_receipts,
-)
-from learner.sampling import RankSampler
-from learner.stepper import DefaultStepper, Stepper, total_loss
-from learner.weights import WeightSchemaError, check_schema, tensor_schema
+from __future__ import annotations
 
-__all__ = [
-    "DQNLoss",
-    "DefaultStepper",
-    "DelayedPolicyStepper",
-    "LearnerConfig",
-    "LearnerCore",
-    "LearnerGroup",
-    "LearnerRank",
-    "LossDispatch",
-    "MixedPrecisionStepper",
-    "PendingRound",
-    "ProtocolError",
-    "PublishedWeights",
-    "RankSampler",
-    "StaleGenerationError",
-    "StepReceipt",
-    "Stepper",
-    "WeightSchemaError",
-    "check_schema",
-    "tensor_schema",
-    "total_loss",
-    "verify_receipts",
-]
+import importlib
+
+# Exports load on first use, so a process that unpickles one small class (a receipt, a spec)
+# does not import the whole package (torch.distributed, DDP, env machinery).
+_EXPORTS = {
+    "DQNLoss": "learner.loss",
+    "A2CLoss": "learner.losses.a2c",
+    "DefaultStepper": "learner.stepper",
+    "EpochPlan": "learner.sampling",
+    "MultiOptimizerStepper": "learner.multi",
+    "OnPolicyOptions": "learner.options",
+    "PPOLoss": "learner.losses.ppo",
+    "ReinforceLoss": "learner.losses.reinforce",
+    "SACLoss": "learner.losses.sac",
+    "SACOptions": "learner.options",
+    "DelayedPolicyStepper": "learner.delayed",
+    "LearnerConfig": "learner.config",
+    "LearnerCore": "learner.core",
+    "LearnerGroup": "learner.group",
+    "LearnerRank": "learner.rank",
+    "LossDispatch": "learner.loss",
+    "MixedPrecisionStepper": "learner.precision",
+    "PendingRound": "learner.group",
+    "ProtocolError": "learner.receipts",
+    "PublishedWeights": "learner.receipts",
+    "RankSampler": "learner.sampling",
+    "StaleGenerationError": "learner.receipts",
+    "StepReceipt": "learner.receipts",
+    "Stepper": "learner.stepper",
+    "WeightSchemaError": "learner.weights",
+    "check_schema": "learner.weights",
+    "tensor_schema": "learner.weights",
+    "total_loss": "learner.stepper",
+    "verify_receipts": "learner.receipts",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str):
+    """Imports an exported name's module on first use (PEP 562)."""
+    if name not in _EXPORTS:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(_EXPORTS[name]), name)

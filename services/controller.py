@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +29,7 @@ from replay.client import ReplayClient
 from replay.shard import remote_shards
 from services import report
 from services.algorithms import algorithm_for
-from services.checkpoint import CheckpointStore, latest_valid
+from services.checkpoint import CheckpointStore, latest_valid, read_json
 from services.checkpointing import (
     recover_learners,
     restore_learners,
@@ -121,9 +122,20 @@ class Controller:
 
     # -- lifecycle ---------------------------------------------------------------------------
     def setup(self) -> None:
-        """Starts replay shards, collectors and the learner group; publishes version 0."""
+        """Starts replay shards, collectors and the learner group; publishes version 0.
+
+        Every actor starts at once (the learner group's placement and rendezvous run in a
+        helper thread while the collectors build their envs); on resume the services' state is
+        restored before the learners' (replay, collectors, driver counters, then learners as a
+        new generation).
+        """
         cfg = self.config
         name = cfg.run.name
+        checkpoint = None
+        if self.resume_from is not None:
+            checkpoint, _ = latest_valid(self.resume_from)
+            saved = read_json(checkpoint / "driver.json")["counters"]["generation"]
+            self.counters.generation = saved + 1
         self.shards = remote_shards(name, cfg.replay, seed=cfg.seed)
         self.replay = ReplayClient(self.shards, seed=cfg.seed)
         self.collectors = CollectorGroup(
@@ -142,13 +154,15 @@ class Controller:
             gamma=cfg.collector.gamma,
             transform=self.algorithm.collector_transform(cfg),
         )
-        self.collectors.wait_ready()
-        checkpoint = None
-        if self.resume_from is not None:
-            checkpoint, _ = latest_valid(self.resume_from)
-            restore_services(self, checkpoint)  # replay, collectors, driver counters
-            self.counters.generation += 1
-        self.learners = self.start_learners()
+        with ThreadPoolExecutor(1, thread_name_prefix="learner-setup") as pool:
+            learners = pool.submit(self.start_learners, self.counters.generation)
+            try:
+                self.collectors.wait_ready()
+                if checkpoint is not None:
+                    restore_services(self, checkpoint)  # replay, collectors, driver counters
+                    self.counters.generation += 1
+            finally:
+                self.learners = learners.result()
         if checkpoint is not None:
             restore_learners(self, checkpoint)
             self.last_checkpoint = checkpoint
@@ -166,8 +180,8 @@ class Controller:
         self.next_progress = self.started_at + cfg.controller.log_interval_s
         self.emit("setup")
 
-    def start_learners(self) -> LearnerGroup:
-        """Starts a learner group of the current generation."""
+    def start_learners(self, generation: int | None = None) -> LearnerGroup:
+        """Starts a learner group of ``generation`` (default: the current one)."""
         cfg = self.config
         return LearnerGroup(
             cfg.run.name,
@@ -175,7 +189,7 @@ class Controller:
             self.model_spec,
             self.shards,
             cfg.seed,
-            generation=self.counters.generation,
+            generation=self.counters.generation if generation is None else generation,
         )
 
     def checkpoint(self) -> Path | None:
