@@ -103,6 +103,7 @@ class Controller:
         self.wall_s = 0.0
         self.rates = RateMeter()
         self.next_progress = 0.0
+        self.first_rollout_at: float | None = None  # Unix time of the first counted receipt
 
     # -- hooks -------------------------------------------------------------------------------
     def register(self, event: str, hook: Hook) -> None:
@@ -252,6 +253,8 @@ class Controller:
                 raise RuntimeError(f"collectors died too often; last: {err}") from err
             logger.warning("collector %d died; its rollout is not counted (%s)", index, err)
             return
+        if self.first_rollout_at is None:
+            self.first_rollout_at = time.time()
         c = self.counters
         c.collected_frames += receipt.frames * self.config.collector.frame_skip
         c.transitions += receipt.frames

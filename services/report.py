@@ -6,6 +6,8 @@ import logging
 import math
 import time
 
+from services.clock import process_start_time
+
 logger = logging.getLogger(__name__)
 
 
@@ -32,11 +34,17 @@ def snapshot(controller) -> dict:
         "replay": controller.replay.stats()
         if controller.replay is not None and controller.shards
         else [],
+        **controller.loop.state_dict(),
     }
 
 
 def summary(controller) -> dict:
-    """The run's final figures (the CLI prints them as its last line of JSON)."""
+    """The run's final figures (the CLI prints them as its last line of JSON).
+
+    ``startup_s`` is the time from this process's start to the first counted rollout receipt;
+    each return milestone carries ``wall_s`` (since training started) and ``process_s``
+    (since this process started).
+    """
     c = controller.counters
     wall = controller.wall_s or (time.perf_counter() - controller.started_at)
     mean = controller.episodes.return_mean
@@ -57,6 +65,9 @@ def summary(controller) -> dict:
         "stop_reason": controller.stop_reason,
         "return_milestones": {f"{k:g}": v for k, v in sorted(controller.milestones.items())},
         "algorithm": controller.config.algorithm,
+        "startup_s": None
+        if controller.first_rollout_at is None
+        else round(controller.first_rollout_at - process_start_time(), 3),
         **controller.loop.state_dict(),
     }
 
@@ -72,6 +83,7 @@ def update_milestones(controller) -> None:
             controller.milestones[threshold] = {
                 "frames": controller.counters.collected_frames,
                 "wall_s": round(time.perf_counter() - controller.started_at, 3),
+                "process_s": round(time.time() - process_start_time(), 3),
             }
     if ctrl.stop_return is not None and mean >= ctrl.stop_return and not controller.stop_requested:
         logger.info("running mean return %.1f reached stop_return; stopping", mean)
