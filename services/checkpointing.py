@@ -138,6 +138,9 @@ def driver_state(controller) -> dict:
         "milestones": {str(k): v for k, v in controller.milestones.items()},
         "next_checkpoint_frames": controller.next_checkpoint_frames,
         "elapsed_s": time.perf_counter() - controller.started_at,
+        # Run identity: a resumed run gets a new id and carries its predecessors' ids.
+        "run_id": getattr(controller, "run_id", None),
+        "lineage": list(getattr(controller, "lineage", [])),
     }
 
 
@@ -146,6 +149,8 @@ def load_driver_state(controller, state: dict) -> None:
     controller.counters = RunCounters(**state["counters"])
     controller.episodes.extend(state["episode_returns"], state["episode_lengths"])
     controller.milestones = {float(k): v for k, v in state["milestones"].items()}
+    previous = [*state.get("lineage", []), state.get("run_id")]
+    controller.lineage = [run_id for run_id in previous if run_id]
     interval = controller.config.checkpoint.interval_frames
     if interval:
         controller.next_checkpoint_frames = (
