@@ -11,6 +11,7 @@ from services.checkpoint import latest_valid
 from services.config import load_config
 from services.controller import Controller
 from services.placement import PlacementError
+from services.spec import model_spec_for
 
 TINY = [
     "run.name=shared",  # both runs use one human name: only the run ids tell them apart
@@ -104,3 +105,23 @@ def test_a_run_larger_than_the_cluster_fails_naming_resources(ray_cluster):
     groups = [g for g in table if g["name"].startswith(controller.run_id)]
     assert groups and all(g["state"] == "REMOVED" for g in groups)
     assert not named_actors_of(controller.run_id)  # nothing was started
+
+
+def test_a_collector_restarts_inside_its_runs_placement_group(ray_cluster, tmp_path):
+    marker = tmp_path / "crashed"
+    config = load_config(
+        overrides=[
+            *TINY,
+            "controller.total_frames=2000",
+            "collector.env_id=tests.test_collector_group:crashing_cartpole",
+            f"collector.env_kwargs={{marker: '{marker}', crash_at: 300}}",
+        ]
+    )
+    spec = model_spec_for(load_config(overrides=TINY))  # CartPole's: the factory wraps it
+    controller = Controller(config, model_spec=spec)
+    summary = controller.run()
+    assert marker.exists() and summary["collector_failures"] >= 1
+    assert summary["frames"] >= 2000 and summary["optim_steps"] > 0
+    table = placement_group_table().values()
+    groups = [g for g in table if g["name"] == f"{controller.run_id}.services"]
+    assert [g["state"] for g in groups] == ["REMOVED"]  # released with the run
