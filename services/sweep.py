@@ -253,10 +253,10 @@ def main(argv: list[str] | None = None) -> int:
         logger.warning("signal %d: stopping every run at its next boundary", signum)
         sweep.request_stop(f"signal {signum}")
 
-    signal.signal(signal.SIGINT, handle)
-    signal.signal(signal.SIGTERM, handle)
     try:
         init_ray(*(config for _, _, config in runs))
+        signal.signal(signal.SIGINT, handle)  # after ray.init, which installs its own
+        signal.signal(signal.SIGTERM, handle)
         results = sweep.run()
     except KeyboardInterrupt:
         logger.warning("interrupted before a clean stop")

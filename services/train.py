@@ -123,9 +123,9 @@ def main(argv: list[str] | None = None) -> int:
     progress = ProgressReporter()
     run = prepare_run(config, model_spec=model_spec, resume=resume, progress=progress)
     logger.info("run id %s (actors %s.collector-0, ...)", run.run_id, run.run_id)
-    install_signal_handlers(run.controller)
     try:
         init_ray(config)
+        install_signal_handlers(run.controller)  # after ray.init, which installs its own
         summary = run.execute()
     except KeyboardInterrupt:
         logger.warning("interrupted before a clean stop")
