@@ -42,20 +42,39 @@ def point_label(point: dict) -> str:
     return " ".join(f"{k}={v}" for k, v in point.items()) or "default"
 
 
+def milestone_fields(results: list[dict]) -> list[str]:
+    """``frames_to_<return>`` for every return milestone any run reached, in return order."""
+    reached = {
+        key for r in results for key in ((r.get("summary") or {}).get("return_milestones") or {})
+    }
+    return [f"frames_to_{key}" for key in sorted(reached, key=float)]
+
+
 def run_rows(results: list[dict]) -> list[dict]:
-    """One row per run: id, seed, grid point, status, and its summary's :data:`FIELDS`."""
+    """One row per run: id, seed, grid point, status, its summary's figures.
+
+    The figures are :data:`FIELDS` and ``frames_to_<return>``: the frames at which the run's
+    running mean return first reached each milestone (None: never).
+    """
+    milestones = milestone_fields(results)
     rows = []
     for result in results:
         summary = result.get("summary") or {}
         row = {"run_id": result["run_id"], "seed": result["seed"], "point": result["point"]}
         row["status"] = result["status"]
         row.update({field: summary.get(field) for field in FIELDS})
+        reached = summary.get("return_milestones") or {}
+        for field in milestones:
+            row[field] = (reached.get(field.removeprefix("frames_to_")) or {}).get("frames")
         rows.append(row)
     return rows
 
 
 def point_rows(rows: list[dict]) -> list[dict]:
-    """Mean and standard deviation of :data:`NUMERIC` over the finished runs of each point."""
+    """Mean and standard deviation over the finished runs of each grid point.
+
+    Of :data:`NUMERIC`, and of ``frames_to_*`` over the runs that reached the milestone.
+    """
     points: dict[str, list[dict]] = {}
     for row in rows:
         points.setdefault(row["point"], []).append(row)
@@ -63,7 +82,8 @@ def point_rows(rows: list[dict]) -> list[dict]:
     for point, members in points.items():
         done = [r for r in members if r["status"] == "succeeded"]
         agg = {"point": point, "runs": len(members), "succeeded": len(done)}
-        for field in NUMERIC:
+        milestones = [k for k in members[0] if k.startswith("frames_to_")]
+        for field in (*NUMERIC, *milestones):
             values = [r[field] for r in done if isinstance(r[field], int | float)]
             finite = [v for v in values if math.isfinite(v)]
             agg[f"{field}_mean"] = round(float(np.mean(finite)), 3) if finite else None

@@ -12,7 +12,7 @@ from services.placement import demand_text, run_demand
 from services.rundir import resolve_run_dir
 from services.runid import JOB_CONFIG_ENV, new_run_id
 from services.sweep import grid_points, parse_seeds, split_values
-from services.sweep_report import point_rows
+from services.sweep_report import point_rows, run_rows
 
 NOW = 1_790_000_000.0
 
@@ -122,3 +122,19 @@ def test_point_rows_average_finished_runs_only():
     assert (agg["runs"], agg["succeeded"]) == (3, 2)
     assert agg["episode_return_mean_mean"] == 30.0 and agg["episode_return_mean_std"] == 10.0
     assert agg["frames_mean"] == 20.0
+
+
+def test_run_rows_copy_summaries_and_add_frames_to_milestones():
+    summaries = [
+        {"frames": 100, "episode_return_mean": 480.0, "return_milestones": {"475": {"frames": 90}}},
+        {"frames": 100, "episode_return_mean": 200.0, "return_milestones": {}},
+    ]
+    results = [
+        {"run_id": f"r{i}", "seed": i, "point": "p", "status": "succeeded", "summary": s}
+        for i, s in enumerate(summaries)
+    ]
+    rows = run_rows(results)
+    assert [r["frames_to_475"] for r in rows] == [90, None]
+    assert [r["episode_return_mean"] for r in rows] == [480.0, 200.0]
+    (agg,) = point_rows(rows)
+    assert agg["frames_to_475_mean"] == 90.0 and agg["episode_return_mean_mean"] == 340.0
