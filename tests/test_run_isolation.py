@@ -36,9 +36,18 @@ def named_actors_of(run_id: str) -> list[str]:
 
 
 def test_two_runs_of_one_name_side_by_side_then_resume_keeps_lineage(ray_cluster, tmp_path):
+    marker = tmp_path / "crashed"
+    crashing = [  # run 1's collector dies once: Ray restarts it inside the run's bundle
+        "collector.env_id=tests.test_collector_group:crashing_cartpole",
+        f"collector.env_kwargs={{marker: '{marker}', crash_at: 300}}",
+    ]
+    spec = model_spec_for(load_config(overrides=TINY))  # CartPole's: the factory wraps it
     controllers = [
         Controller(
-            load_config(overrides=[*TINY, "controller.total_frames=2000", f"seed={i}"]),
+            load_config(
+                overrides=[*TINY, "controller.total_frames=2000", f"seed={i}", *crashing[: 2 * i]]
+            ),
+            model_spec=spec,
             checkpoint_root=tmp_path / f"run{i}",
         )
         for i in range(2)
@@ -70,6 +79,11 @@ def test_two_runs_of_one_name_side_by_side_then_resume_keeps_lineage(ray_cluster
         _, manifest = latest_valid(tmp_path / f"run{i}")
         assert manifest["counters"]["collected_frames"] == summary["frames"]
         assert not named_actors_of(ids[i])  # shut down with its run
+        table = placement_group_table().values()
+        groups = [g for g in table if g["name"] == f"{ids[i]}.services"]
+        assert [g["state"] for g in groups] == ["REMOVED"]  # released with its run
+    assert marker.exists() and summaries[1]["collector_failures"] >= 1
+    assert summaries[0]["collector_failures"] == 0  # the other run never noticed
 
     resumed = Controller(
         load_config(overrides=[*TINY, "controller.total_frames=3000", "seed=0"]),
@@ -105,23 +119,3 @@ def test_a_run_larger_than_the_cluster_fails_naming_resources(ray_cluster):
     groups = [g for g in table if g["name"].startswith(controller.run_id)]
     assert groups and all(g["state"] == "REMOVED" for g in groups)
     assert not named_actors_of(controller.run_id)  # nothing was started
-
-
-def test_a_collector_restarts_inside_its_runs_placement_group(ray_cluster, tmp_path):
-    marker = tmp_path / "crashed"
-    config = load_config(
-        overrides=[
-            *TINY,
-            "controller.total_frames=2000",
-            "collector.env_id=tests.test_collector_group:crashing_cartpole",
-            f"collector.env_kwargs={{marker: '{marker}', crash_at: 300}}",
-        ]
-    )
-    spec = model_spec_for(load_config(overrides=TINY))  # CartPole's: the factory wraps it
-    controller = Controller(config, model_spec=spec)
-    summary = controller.run()
-    assert marker.exists() and summary["collector_failures"] >= 1
-    assert summary["frames"] >= 2000 and summary["optim_steps"] > 0
-    table = placement_group_table().values()
-    groups = [g for g in table if g["name"] == f"{controller.run_id}.services"]
-    assert [g["state"] for g in groups] == ["REMOVED"]  # released with the run
