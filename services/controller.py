@@ -42,7 +42,7 @@ from services.checkpointing import (
 )
 from services.config import RunConfig
 from services.early_stop import EarlyStopping
-from services.placement import ServicePlacement, reserve_services
+from services.placement import release_services, reserve_services
 from services.runid import new_run_id
 from services.spec import model_spec_for
 from services.stats import EpisodeWindow, RateMeter, RunCounters
@@ -64,9 +64,7 @@ class Controller:
         checkpoint_root: Rotation directory when ``checkpoint.dir`` is not set (None and no
             ``checkpoint.dir``: checkpoints off).
         resume_from: A checkpoint or rotation directory to restore in :meth:`setup`.
-        run_id: The run's unique id (see ``services.runid``); it names the actors
-            (``<run id>.collector-0``) and the services' placement group. Default: a fresh
-            ``<run.name>-<timestamp>-<token>``.
+        run_id: Unique id naming the run's actors (default: ``services.runid.new_run_id``).
 
     Examples:
         >>> config = load_config(overrides=["controller.total_frames=5000"])
@@ -86,7 +84,7 @@ class Controller:
         self.config = config
         self.run_id = run_id or new_run_id(config.run.name)
         self.lineage: list[str] = []  # ids of the runs a resumed run continues (checkpoints)
-        self.placement: ServicePlacement | None = None
+        self.placement = None  # services.placement.ServicePlacement, reserved in setup()
         root = config.checkpoint.dir or checkpoint_root
         self.checkpoints = CheckpointStore(root, config.checkpoint.keep) if root else None
         self.resume_from = Path(resume_from) if resume_from else None
@@ -133,10 +131,8 @@ class Controller:
         """Starts replay shards, collectors and the learner group; publishes version 0."""
         cfg = self.config
         name = self.run_id
-        self.placement = reserve_services(cfg, name)
-        self.shards = remote_shards(
-            name, cfg.replay, seed=cfg.seed, scheduling=self.placement.shards
-        )
+        self.placement = placement = reserve_services(cfg, name)
+        self.shards = remote_shards(name, cfg.replay, seed=cfg.seed, scheduling=placement.shards)
         self.replay = ReplayClient(self.shards, seed=cfg.seed)
         self.collectors = CollectorGroup(
             name,
@@ -152,7 +148,7 @@ class Controller:
             env_kwargs=cfg.collector.env_kwargs,
             n_step=cfg.collector.n_step,
             gamma=cfg.collector.gamma,
-            scheduling=self.placement.collectors,
+            scheduling=placement.collectors,
         )
         self.collectors.wait_ready()
         checkpoint = None
@@ -207,8 +203,7 @@ class Controller:
         for shard in self.shards:
             ray.kill(shard, no_restart=True)
         self.shards = []
-        if self.placement is not None:
-            self.placement.release()
+        release_services(self.placement)
 
     def request_stop(self, reason: str = "stop requested") -> None:
         """Asks the loop to stop at the next boundary (signal-safe)."""

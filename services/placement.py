@@ -94,6 +94,12 @@ class ServicePlacement:
             self.group = None
 
 
+def release_services(placement: ServicePlacement | None) -> None:
+    """Releases a run's reservation, if any (the controller's shutdown calls it)."""
+    if placement is not None:
+        placement.release()
+
+
 def reserve_services(config, run_id: str, *, timeout_s: float | None = None) -> ServicePlacement:
     """Reserves one bundle per collector and replay shard of a run, waiting up to a timeout.
 
