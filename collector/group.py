@@ -33,6 +33,7 @@ def remote_collector(
     *args,
     num_cpus: float = 1.0,
     max_restarts: int = 3,
+    scheduling_strategy=None,
     **kwargs,
 ) -> ray.actor.ActorHandle:
     """Starts a named Collector actor ``<run>.collector-<i>`` in namespace ``relayrl``.
@@ -40,7 +41,8 @@ def remote_collector(
     ``args`` and ``kwargs`` are :class:`collector.actor.Collector`'s after ``collector_id``. The
     actor gets its rollout threads (pipelined writes), its control threads, and sends replay
     writes of up to ``INLINE_WRITE_BYTES`` inline (Ray's ``max_direct_call_object_size``, set
-    for this actor's process only).
+    for this actor's process only). ``run_name`` is the run id; ``scheduling_strategy`` (e.g. a
+    bundle of the run's placement group) defaults to Ray's.
     """
     actor_cls = ray.remote(
         max_concurrency=ROLLOUT_CONCURRENCY, concurrency_groups=CONCURRENCY_GROUPS
@@ -51,6 +53,7 @@ def remote_collector(
         max_restarts=max_restarts,
         max_task_retries=0,
         runtime_env={"env_vars": {"RAY_max_direct_call_object_size": str(INLINE_WRITE_BYTES)}},
+        scheduling_strategy=scheduling_strategy,
     )
     return actor_cls.remote(collector_id, *args, **kwargs)
 
@@ -69,7 +72,7 @@ class CollectorGroup:
     drain the receipts of the refs it holds after :meth:`pause` returns.
 
     Args:
-        run_name: The run's name, used in actor names.
+        run_name: The run id, used in actor names.
         num_collectors: Number of collector actors.
         env_id: Gymnasium id or ``module:function`` env factory.
         envs_per_collector: Sub-envs per collector.
@@ -85,6 +88,8 @@ class CollectorGroup:
         n_step: Steps per transition window.
         gamma: Discount of the n-step returns.
         transform: ``collector.onpolicy.OnPolicyTransform`` for on-policy collectors.
+        scheduling: One scheduling strategy per collector (e.g. bundles of the run's placement
+            group); None entries or None: Ray's default. A restarted collector keeps its own.
 
     Examples:
         >>> group = CollectorGroup("run", 2, "CartPole-v1", 8, spec, shards, 0)  # doctest: +SKIP
@@ -109,7 +114,9 @@ class CollectorGroup:
         n_step: int = 1,
         gamma: float = 0.99,
         transform=None,
+        scheduling: Sequence | None = None,
     ) -> None:
+        scheduling = list(scheduling) if scheduling is not None else [None] * num_collectors
         self.actors = [
             remote_collector(
                 run_name,
@@ -126,6 +133,7 @@ class CollectorGroup:
                 n_step=n_step,
                 gamma=gamma,
                 transform=transform,
+                scheduling_strategy=scheduling[i],
             )
             for i in range(num_collectors)
         ]

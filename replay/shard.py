@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import shutil
 import uuid
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -137,14 +138,20 @@ def remote_shard(
     alpha: float = 0.6,
     fifo_shuffle: bool = False,
     mmap_dir: str | None = None,
+    scheduling_strategy=None,
 ) -> ray.actor.ActorHandle:
-    """Starts a named ReplayShard actor ``<run>.replay-<i>`` in namespace ``relayrl``."""
+    """Starts a named ReplayShard actor ``<run>.replay-<i>`` in namespace ``relayrl``.
+
+    ``run_name`` is the run id; ``scheduling_strategy`` (e.g. a bundle of the run's placement
+    group) defaults to Ray's.
+    """
     actor_cls = ray.remote(ReplayShard).options(
         name=f"{run_name}.replay-{shard_id}",
         namespace="relayrl",
         num_cpus=num_cpus,
         max_restarts=max_restarts,
         max_concurrency=1,
+        scheduling_strategy=scheduling_strategy,
     )
     return actor_cls.remote(
         shard_id, capacity, sampler, seed, alpha=alpha, fifo_shuffle=fifo_shuffle, mmap_dir=mmap_dir
@@ -152,9 +159,18 @@ def remote_shard(
 
 
 def remote_shards(
-    run_name: str, config: ReplayConfig, *, seed: int = 0, max_restarts: int = 0
+    run_name: str,
+    config: ReplayConfig,
+    *,
+    seed: int = 0,
+    max_restarts: int = 0,
+    scheduling: Sequence | None = None,
 ) -> list[ray.actor.ActorHandle]:
-    """Starts the ``config.num_shards`` shards of a run (shard ``i`` seeded ``seed * 100 + i``)."""
+    """Starts the ``config.num_shards`` shards of a run (shard ``i`` seeded ``seed * 100 + i``).
+
+    ``scheduling`` holds one scheduling strategy per shard (None entries: Ray's default).
+    """
+    scheduling = list(scheduling) if scheduling is not None else [None] * config.num_shards
     return [
         remote_shard(
             run_name,
@@ -167,6 +183,7 @@ def remote_shards(
             alpha=config.alpha,
             fifo_shuffle=config.fifo_shuffle,
             mmap_dir=config.mmap_dir if config.storage == "mmap" else None,
+            scheduling_strategy=scheduling[i],
         )
         for i in range(config.num_shards)
     ]

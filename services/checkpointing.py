@@ -142,6 +142,9 @@ def driver_state(controller) -> dict:
         "next_checkpoint_frames": controller.next_checkpoint_frames,
         "elapsed_s": time.perf_counter() - controller.started_at,
         "loop": controller.loop.state_dict(),
+        # Run identity: a resumed run gets a new id and carries its predecessors' ids.
+        "run_id": getattr(controller, "run_id", None),
+        "lineage": list(getattr(controller, "lineage", [])),
     }
 
 
@@ -151,6 +154,8 @@ def load_driver_state(controller, state: dict) -> None:
     controller.episodes.extend(state["episode_returns"], state["episode_lengths"])
     controller.milestones = {float(k): v for k, v in state["milestones"].items()}
     controller.loop.load_state_dict(state.get("loop", {}))
+    previous = [*state.get("lineage", []), state.get("run_id")]
+    controller.lineage = [run_id for run_id in previous if run_id]
     interval = controller.config.checkpoint.interval_frames
     if interval:
         controller.next_checkpoint_frames = (

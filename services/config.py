@@ -33,16 +33,22 @@ class RunSection:
     """Run identity and output location.
 
     Attributes:
-        name: Run name; prefixes actor names (``<name>.collector-0``) and the run directory.
-        dir: Run directory; default ``runs/<name>-<timestamp>``.
+        name: Run name, the human part of the run id ``<name>-<YYYYmmdd-HHMMSS>-<token>``
+            that names the run's actors (``<run id>.collector-0``), directory and metrics.
+        dir: Run directory; default ``<storage>/<run id>``.
+        storage: Root of the default run directories (relative paths are resolved against
+            the working directory at start).
     """
 
     name: str = "relayrl"
     dir: str | None = None
+    storage: str = "runs"
 
     def __post_init__(self) -> None:
         if not self.name or any(c in self.name for c in "/ \t\n"):
             raise ValueError(f"name: must be non-empty without '/' or spaces, got {self.name!r}")
+        if not self.storage:
+            raise ValueError(f"storage: must be a non-empty path, got {self.storage!r}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -151,12 +157,16 @@ class MetricsConfig:
         port: Port; 0 lets the OS choose (the address is logged).
         tensorboard: Also write TensorBoard scalars to ``<run dir>/tensorboard`` (needs the
             ``tensorboard`` extra).
+        sd_dir: Directory where the driver writes ``<run id>.json``, a Prometheus ``file_sd``
+            target for its endpoint, removed at exit (None: none), e.g. the directory that
+            ``deploy/prometheus/prometheus.yml`` watches.
     """
 
     enabled: bool = True
     host: str = "127.0.0.1"
     port: int = 0
     tensorboard: bool = False
+    sd_dir: str | None = None
 
     def __post_init__(self) -> None:
         if not 0 <= self.port < 65536:

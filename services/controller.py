@@ -39,6 +39,8 @@ from services.checkpointing import (
 from services.config import RunConfig
 from services.early_stop import EarlyStopping
 from services.loops import LOOPS
+from services.placement import release_services, reserve_services
+from services.runid import new_run_id
 from services.spec import model_spec_for
 from services.stats import EpisodeWindow, RateMeter, RunCounters
 
@@ -60,6 +62,7 @@ class Controller:
         checkpoint_root: Rotation directory when ``checkpoint.dir`` is not set (None and no
             ``checkpoint.dir``: checkpoints off).
         resume_from: A checkpoint or rotation directory to restore in :meth:`setup`.
+        run_id: Unique id naming the run's actors (default: ``services.runid.new_run_id``).
 
     Examples:
         >>> config = load_config(overrides=["controller.total_frames=5000"])
@@ -74,8 +77,12 @@ class Controller:
         model_spec=None,
         checkpoint_root: str | Path | None = None,
         resume_from: str | Path | None = None,
+        run_id: str | None = None,
     ) -> None:
         self.config = config
+        self.run_id = run_id or new_run_id(config.run.name)
+        self.lineage: list[str] = []  # ids of the runs a resumed run continues (checkpoints)
+        self.placement = None  # services.placement.ServicePlacement, reserved in setup()
         root = config.checkpoint.dir or checkpoint_root
         self.checkpoints = CheckpointStore(root, config.checkpoint.keep) if root else None
         self.resume_from = Path(resume_from) if resume_from else None
@@ -131,13 +138,14 @@ class Controller:
         new generation).
         """
         cfg = self.config
-        name = cfg.run.name
+        name = self.run_id
         checkpoint = None
         if self.resume_from is not None:
             checkpoint, _ = latest_valid(self.resume_from)
             saved = read_json(checkpoint / "driver.json")["counters"]["generation"]
             self.counters.generation = saved + 1
-        self.shards = remote_shards(name, cfg.replay, seed=cfg.seed)
+        self.placement = placement = reserve_services(cfg, name)
+        self.shards = remote_shards(name, cfg.replay, seed=cfg.seed, scheduling=placement.shards)
         self.replay = ReplayClient(self.shards, seed=cfg.seed)
         self.collectors = CollectorGroup(
             name,
@@ -154,6 +162,7 @@ class Controller:
             n_step=cfg.collector.n_step,
             gamma=cfg.collector.gamma,
             transform=self.algorithm.collector_transform(cfg),
+            scheduling=placement.collectors,
         )
         with ThreadPoolExecutor(1, thread_name_prefix="learner-setup") as pool:
             learners = pool.submit(self.start_learners, self.counters.generation)
@@ -185,7 +194,7 @@ class Controller:
         """Starts a learner group of ``generation`` (default: the current one)."""
         cfg = self.config
         return LearnerGroup(
-            cfg.run.name,
+            self.run_id,
             cfg.learner,
             self.model_spec,
             self.shards,
@@ -211,6 +220,7 @@ class Controller:
         for shard in self.shards:
             ray.kill(shard, no_restart=True)
         self.shards = []
+        release_services(self.placement)
 
     def request_stop(self, reason: str = "stop requested") -> None:
         """Asks the loop to stop at the next boundary (signal-safe)."""

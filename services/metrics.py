@@ -3,17 +3,27 @@
 The exporter owns its own registry and is fed by controller hooks, so nothing in the hot loop
 waits on it. ``METRICS`` lists every exported name with its type and help; the README's metrics
 table is generated from the same list.
+
+Every series carries a ``run`` label (the run id, see ``services.runid``), so one Prometheus
+scraping several runs, on one machine or a shared cluster, keeps them apart; each run serves its
+own endpoint (port 0: OS-chosen). With ``metrics.sd_dir`` the exporter also writes
+``<sd_dir>/<run id>.json``, a Prometheus ``file_sd`` target for its endpoint, and removes it
+when it closes, so Prometheus finds every live run without fixed ports.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import math
+import os
+from pathlib import Path
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
 logger = logging.getLogger(__name__)
 
+RUN_LABEL = "run"
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 
 # name (without prefix), type, labels, help
@@ -75,9 +85,8 @@ def metrics_table() -> str:
     """The README's metrics table, in Markdown."""
     rows = ["| metric | type | labels | meaning |", "|---|---|---|---|"]
     for name, kind, labels, help_text in METRICS:
-        rows.append(
-            f"| `{exported_name(name)}` | {kind} | {', '.join(labels) or '-'} | {help_text} |"
-        )
+        shown = ", ".join((RUN_LABEL, *labels))
+        rows.append(f"| `{exported_name(name)}` | {kind} | {shown} | {help_text} |")
     return "\n".join(rows)
 
 
@@ -87,9 +96,21 @@ class MetricsExporter:
     Args:
         host: Bind address of the HTTP server.
         port: Port; 0 lets the OS choose.
+
+    Keyword Args:
+        run_id: Value of the ``run`` label on every series.
+        sd_dir: Directory for a Prometheus ``file_sd`` target file (None: none written).
     """
 
-    def __init__(self, host: str = "127.0.0.1", port: int = 0) -> None:
+    def __init__(
+        self,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        *,
+        run_id: str = "relayrl",
+        sd_dir: str | Path | None = None,
+    ) -> None:
+        self.run_id = run_id
         self.registry = CollectorRegistry()
         self._seen: dict[tuple, float] = {}
         self.metrics = {}
@@ -98,20 +119,38 @@ class MetricsExporter:
                 f"relayrl_{name.removesuffix('_total')}" if kind == "counter" else f"relayrl_{name}"
             )
             if kind == "counter":
-                metric = Counter(full, help_text, labels, registry=self.registry)
+                metric = Counter(full, help_text, (RUN_LABEL, *labels), registry=self.registry)
             elif kind == "gauge":
-                metric = Gauge(full, help_text, labels, registry=self.registry)
+                metric = Gauge(full, help_text, (RUN_LABEL, *labels), registry=self.registry)
             else:
                 buckets = (
                     (0, 1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
                     if "lag" in name
                     else (LATENCY_BUCKETS)
                 )
-                metric = Histogram(full, help_text, labels, buckets=buckets, registry=self.registry)
+                metric = Histogram(
+                    full, help_text, (RUN_LABEL, *labels), buckets=buckets, registry=self.registry
+                )
             self.metrics[name] = metric
         self.server, self.thread = start_http_server(port, addr=host, registry=self.registry)
         self.host, self.port = host, self.server.server_port
-        logger.info("Prometheus metrics at http://%s:%d/metrics", self.host, self.port)
+        logger.info("Prometheus metrics of run %s at %s", run_id, self.url)
+        self.sd_file = self._write_sd_file(Path(sd_dir)) if sd_dir else None
+
+    def _write_sd_file(self, sd_dir: Path) -> Path:
+        """Writes this endpoint as a ``file_sd`` target (atomically: Prometheus watches it)."""
+        sd_dir.mkdir(parents=True, exist_ok=True)
+        host = self.host if self.host not in ("0.0.0.0", "::", "") else "127.0.0.1"
+        target = [{"targets": [f"{host}:{self.port}"], "labels": {"component": "driver"}}]
+        path = sd_dir / f"{self.run_id}.json"
+        staging = sd_dir / f".{self.run_id}.json.tmp"
+        staging.write_text(json.dumps(target))
+        os.replace(staging, path)
+        return path
+
+    def m(self, name: str, **labels: str):
+        """The series of metric ``name`` for this run (and ``labels``)."""
+        return self.metrics[name].labels(**{RUN_LABEL: self.run_id}, **labels)
 
     @property
     def url(self) -> str:
@@ -127,42 +166,42 @@ class MetricsExporter:
 
     def on_rollout(self, controller, receipt) -> None:
         """Counts one rollout receipt."""
-        m = self.metrics
-        m["frames_total"].inc(receipt.frames * controller.config.collector.frame_skip)
-        m["transitions_total"].inc(receipt.frames)
-        m["rollouts_total"].labels(collector=str(receipt.collector_id)).inc()
-        m["episodes_total"].inc(len(receipt.episode_returns))
-        m["rollout_latency_seconds"].observe(receipt.rollout_s + receipt.write_s)
+        m = self.m
+        m("frames_total").inc(receipt.frames * controller.config.collector.frame_skip)
+        m("transitions_total").inc(receipt.frames)
+        m("rollouts_total", collector=str(receipt.collector_id)).inc()
+        m("episodes_total").inc(len(receipt.episode_returns))
+        m("rollout_latency_seconds").observe(receipt.rollout_s + receipt.write_s)
         if receipt.policy_version >= 0:
             lag = controller.counters.model_version - receipt.policy_version
-            m["policy_lag_versions"].observe(max(lag, 0))
+            m("policy_lag_versions").observe(max(lag, 0))
 
     def on_round(self, controller, receipt) -> None:
         """Counts one learner round."""
-        m = self.metrics
-        m["optim_steps_total"].inc(receipt.optim_steps)
-        m["model_version"].set(receipt.model_version)
-        m["step_latency_seconds"].observe(receipt.sample_s + receipt.train_s)
+        m = self.m
+        m("optim_steps_total").inc(receipt.optim_steps)
+        m("model_version").set(receipt.model_version)
+        m("step_latency_seconds").observe(receipt.sample_s + receipt.train_s)
         for term, value in receipt.metrics.items():
             if math.isfinite(value):
-                m["loss"].labels(term=term).set(value)
+                m("loss", term=term).set(value)
 
     def on_progress(self, controller, snapshot: dict) -> None:
         """Refreshes gauges from a progress snapshot."""
-        m = self.metrics
+        m = self.m
         c = controller.counters
-        m["published_version"].set(c.published_version)
-        m["learner_generation"].set(c.generation)
-        m["exploration"].clear()
+        m("published_version").set(c.published_version)
+        m("learner_generation").set(c.generation)
+        self.metrics["exploration"].clear()
         for param, value in snapshot.get("exploration", {}).items():
-            m["exploration"].labels(param=param).set(float(value))
-        m["frames_per_second"].set(snapshot["frames_per_s"])
-        m["updates_per_second"].set(snapshot["updates_per_s"])
-        m["update_to_data_ratio"].set(c.optim_steps / max(c.collected_frames, 1))
+            m("exploration", param=param).set(float(value))
+        m("frames_per_second").set(snapshot["frames_per_s"])
+        m("updates_per_second").set(snapshot["updates_per_s"])
+        m("update_to_data_ratio").set(c.optim_steps / max(c.collected_frames, 1))
         self._advance("collector_restarts_total", c.collector_failures)
         for shard in snapshot.get("replay", []):
             label = str(shard["shard_id"])
-            m["replay_size"].labels(shard=label).set(shard["size"])
+            m("replay_size", shard=label).set(shard["size"])
             self._advance("replay_inserts_total", shard["write_count"], shard=label)
             self._advance("replay_samples_total", shard["sample_count"], shard=label)
             self._advance(
@@ -173,23 +212,25 @@ class MetricsExporter:
             ("episode_length_mean", "episode_length"),
         ):
             if not math.isnan(snapshot[key]):
-                m[name].set(snapshot[key])
+                m(name).set(snapshot[key])
 
     def on_checkpoint(self, controller, path, seconds: float) -> None:
         """Records a successful checkpoint."""
-        self.metrics["checkpoint_duration_seconds"].set(seconds)
-        self.metrics["checkpoint_last_success_timestamp_seconds"].set_to_current_time()
+        self.m("checkpoint_duration_seconds").set(seconds)
+        self.m("checkpoint_last_success_timestamp_seconds").set_to_current_time()
 
     def _advance(self, name: str, total: float, **labels: str) -> None:
         """Moves a counter up to an absolute ``total`` reported by a component."""
         key = (name, tuple(sorted(labels.items())))
         delta = total - self._seen.get(key, 0)
         if delta > 0:
-            metric = self.metrics[name]
-            (metric.labels(**labels) if labels else metric).inc(delta)
+            self.m(name, **labels).inc(delta)
             self._seen[key] = total
 
     def close(self) -> None:
-        """Stops the HTTP server."""
+        """Stops the HTTP server and removes the ``file_sd`` target file, if any."""
         self.server.shutdown()
         self.server.server_close()
+        if self.sd_file is not None:
+            self.sd_file.unlink(missing_ok=True)
+            self.sd_file = None

@@ -49,6 +49,9 @@ def summary(controller) -> dict:
     wall = controller.wall_s or (time.perf_counter() - controller.started_at)
     mean = controller.episodes.return_mean
     return {
+        "run_id": controller.run_id,
+        "lineage": list(controller.lineage),
+        "seed": controller.config.seed,
         "frames": c.collected_frames,
         "transitions": c.transitions,
         "optim_steps": c.optim_steps,

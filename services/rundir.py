@@ -1,24 +1,53 @@
-"""The run directory: resolved config, JSONL metrics log, checkpoints."""
+"""The run directory: resolved config, JSONL metrics log, checkpoints, the summary.
+
+Each run gets its own directory ``<run.storage>/<run id>`` (see :mod:`services.runid`), created
+exclusively, so two runs never write into one another's ``metrics.jsonl``, ``config.yaml`` or
+checkpoint rotation. ``run.dir`` names a directory explicitly instead (the user's choice).
+"""
 
 from __future__ import annotations
 
 import json
 import math
-import time
 from pathlib import Path
 
 import yaml
 
+from services.runid import new_run_id, random_token
 
-def resolve_run_dir(name: str, configured: str | None) -> Path:
-    """``configured`` if set, else ``runs/<name>-<YYYYmmdd-HHMMSS>``; created if missing."""
-    path = (
-        Path(configured)
-        if configured
-        else Path("runs") / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}"
-    )
-    path.mkdir(parents=True, exist_ok=True)
-    return path
+
+def resolve_run_dir(
+    name: str, configured: str | None, storage: str | Path = "runs", *, run_id: str | None = None
+) -> tuple[str, Path]:
+    """Picks the run id and creates the run directory.
+
+    Args:
+        name: ``run.name``, the human part of the id.
+        configured: ``run.dir``: used as is (created if missing) when set.
+        storage: ``run.storage``: the root of default run directories.
+
+    Keyword Args:
+        run_id: The id to use (default: :func:`services.runid.new_run_id`).
+
+    Returns:
+        The run id and the absolute run directory. Without ``configured`` the directory is
+        ``<storage>/<run id>``, created exclusively: should it exist (an id given twice, or
+        a token drawn twice), a fresh random token is drawn.
+    """
+    run_id = run_id or new_run_id(name)
+    if configured:
+        path = Path(configured).expanduser().absolute()
+        path.mkdir(parents=True, exist_ok=True)
+        return run_id, path
+    root = Path(storage).expanduser().absolute()
+    root.mkdir(parents=True, exist_ok=True)
+    for _ in range(8):
+        try:
+            (root / run_id).mkdir()
+            return run_id, root / run_id
+        except FileExistsError:
+            run_id = new_run_id(name, token=random_token())
+    raise FileExistsError(f"run.storage: no fresh run directory under {root}")
 
 
 def finite(value):
@@ -47,3 +76,10 @@ class RunLog:
     def close(self) -> None:
         """Closes the log file."""
         self.file.close()
+
+
+def write_summary(run_dir: Path, summary: dict) -> Path:
+    """Writes the run's final summary to ``<run dir>/summary.json`` and returns its path."""
+    path = run_dir / "summary.json"
+    path.write_text(json.dumps(finite(summary), indent=1) + "\n")
+    return path

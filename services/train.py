@@ -5,8 +5,10 @@ Examples:
     python -m services.train --config deploy/configs/cartpole_dqn.yaml --set learner.world_size=2
 
 Progress lines go to standard output while the job runs; the last line of standard output is a
-JSON summary (``frames``, ``optim_steps``, ``wall_s``, ``frames_per_s``,
-``episode_return_mean``, ...). Exit codes: 0 done (or stopped cleanly), 2 invalid config,
+JSON summary (``run_id``, ``run_dir``, ``frames``, ``optim_steps``, ``wall_s``, ``frames_per_s``,
+``episode_return_mean``, ...), also written to ``<run dir>/summary.json``. Each run gets a unique
+id ``<run.name>-<YYYYmmdd-HHMMSS>-<token>`` (``services.runid``) naming its actors and its
+directory ``<run.storage>/<run id>``. Exit codes: 0 done (or stopped cleanly), 2 invalid config,
 1 failure. Without ``RAY_ADDRESS`` the job starts an embedded local Ray sized to its actors.
 """
 
@@ -26,11 +28,10 @@ from services.checkpoint import CheckpointError
 from services.checkpointing import resolve_resume
 from services.config import ConfigError, RunConfig, load_config
 from services.controller import Controller
-from services.metrics import MetricsExporter
+from services.launch import prepare_run
+from services.placement import PlacementError
 from services.progress import ProgressReporter
-from services.rundir import RunLog, resolve_run_dir
 from services.spec import model_spec_for
-from services.tensorboard import TensorBoardLogger
 
 logger = logging.getLogger("relayrl")
 
@@ -66,21 +67,22 @@ def logical_cpus(config: RunConfig) -> float:
     )
 
 
-def init_ray(config: RunConfig) -> None:
+def init_ray(*configs: RunConfig) -> None:
     """Connects to ``RAY_ADDRESS`` if set, else starts an embedded local Ray on loopback.
 
-    The embedded cluster declares at least as many logical CPUs as the run's actors ask for,
-    so a small machine runs the default job (the OS shares the real cores).
+    The embedded cluster declares at least as many logical CPUs as the actors of all
+    ``configs`` (the runs that will share it) ask for, so a small machine runs the default job
+    or a sweep (the OS shares the real cores).
     """
     if ray.is_initialized():
         return
     if os.environ.get("RAY_ADDRESS"):
         ray.init(namespace="relayrl", log_to_driver=True)
         return
-    gpus = config.learner.world_size * config.learner.resources_per_rank.get("GPU", 0)
+    gpus = sum(c.learner.world_size * c.learner.resources_per_rank.get("GPU", 0) for c in configs)
     ray.init(
         address="local",  # never attach to a `ray start` cluster found on this machine
-        num_cpus=max(os.cpu_count() or 1, math.ceil(logical_cpus(config))),
+        num_cpus=max(os.cpu_count() or 1, math.ceil(sum(logical_cpus(c) for c in configs))),
         num_gpus=gpus or None,
         include_dashboard=False,
         namespace="relayrl",
@@ -118,42 +120,22 @@ def main(argv: list[str] | None = None) -> int:
     except CheckpointError as err:
         print(f"relayrl: cannot resume: {err}", file=sys.stderr)
         return 2
-    run_dir = resolve_run_dir(config.run.name, config.run.dir)
-    run_log = RunLog(run_dir, config.to_dict())
-    logger.info("run directory %s", run_dir)
-    init_ray(config)
-    controller = Controller(
-        config,
-        model_spec=model_spec,
-        checkpoint_root=run_dir / "checkpoints",
-        resume_from=resume,
-    )
-    exporter = None
-    if config.metrics.enabled:
-        exporter = MetricsExporter(config.metrics.host, config.metrics.port)
-        exporter.attach(controller)
     progress = ProgressReporter()
-    controller.register("progress", progress)
-    tensorboard = TensorBoardLogger(run_dir / "tensorboard") if config.metrics.tensorboard else None
-    if tensorboard is not None:
-        controller.register("progress", tensorboard)
-    controller.register("progress", lambda _, snapshot: run_log.write(snapshot))
-    install_signal_handlers(controller)
+    run = prepare_run(config, model_spec=model_spec, resume=resume, progress=progress)
+    logger.info("run id %s (actors %s.collector-0, ...)", run.run_id, run.run_id)
     try:
-        summary = controller.run()
+        init_ray(config)
+        install_signal_handlers(run.controller)  # after ray.init, which installs its own
+        summary = run.execute()
     except KeyboardInterrupt:
         logger.warning("interrupted before a clean stop")
         return 130
+    except PlacementError as err:
+        print(f"relayrl: {err}", file=sys.stderr)
+        return 1
     finally:
         progress.close()
-        if tensorboard is not None:
-            tensorboard.close()
-        if exporter is not None:
-            exporter.close()
-        run_log.close()
         ray.shutdown()
-    summary["run_dir"] = str(run_dir)
-    summary["checkpoint"] = str(controller.last_checkpoint) if controller.last_checkpoint else None
     print(json.dumps(summary), flush=True)
     return 0
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from services.checkpoint import latest_valid
+from services.checkpoint import latest_valid, verify
 from services.config import load_config
 from tests.conftest import ROOT
 
@@ -219,6 +219,43 @@ def test_job_stop_leaves_a_checkpoint_that_resume_continues(head, tmp_path):
     final = json.loads([ln for ln in head.logs(resumed).splitlines() if ln.startswith("{")][-1])
     assert final["frames"] >= summary["frames"] + 2000
     assert final["optim_steps"] > summary["optim_steps"] and final["generation"] == 1
+
+
+@pytest.mark.slow
+def test_three_jobs_of_the_default_config_at_once_stay_apart(head):
+    # The default config, as a new user submits it: one run name, one working directory.
+    budget = [
+        "--set",
+        "controller.total_frames=3000",
+        "--set",
+        "checkpoint.interval_frames=1000",
+        "--set",
+        "checkpoint.keep=2",
+    ]
+    job_ids = [head.submit(*budget) for _ in range(3)]
+    statuses = [head.wait(job_id) for job_id in job_ids]
+    logs = [head.logs(job_id) for job_id in job_ids]
+    assert statuses == ["SUCCEEDED"] * 3, [log[-2000:] for log in logs]
+    summaries = [
+        json.loads([line for line in log.splitlines() if line.startswith("{")][-1]) for log in logs
+    ]
+    run_ids = {s["run_id"] for s in summaries}
+    run_dirs = {Path(s["run_dir"]) for s in summaries}
+    assert len(run_ids) == 3 and len(run_dirs) == 3
+    for summary, job_id in zip(summaries, job_ids, strict=True):
+        run_dir = Path(summary["run_dir"])
+        assert run_dir.name == summary["run_id"]
+        assert summary["run_id"].endswith(job_id[-6:].lower())  # token from the submission id
+        assert summary["frames"] >= 3000 and summary["optim_steps"] > 0
+        rotation = sorted((run_dir / "checkpoints").glob("ckpt-*"))
+        assert len(rotation) == 2  # its own rotation of keep=2, untouched by the others
+        for checkpoint in rotation:
+            verify(checkpoint)
+        newest, manifest = latest_valid(run_dir / "checkpoints")
+        assert str(newest) == summary["checkpoint"]
+        assert manifest["counters"]["collected_frames"] == summary["frames"]
+        records = (run_dir / "metrics.jsonl").read_text().splitlines()
+        assert records and json.loads(records[-1])["frames"] == summary["frames"]
 
 
 def test_manifests_parse_and_name_what_exists():
