@@ -19,7 +19,6 @@ import logging
 from collections.abc import Callable
 from pathlib import Path
 
-from collector.policy import ModelSpec
 from services.config import RunConfig
 from services.controller import Controller
 from services.metrics import MetricsExporter
@@ -69,7 +68,7 @@ class Run:
 def prepare_run(
     config: RunConfig,
     *,
-    model_spec: ModelSpec | None = None,
+    model_spec=None,
     resume: str | Path | None = None,
     run_id: str | None = None,
     progress: Callable[[Controller, dict], None] | None = None,
