@@ -5,16 +5,24 @@ Layout:
     * ``env``: vector envs in gymnasium's ``NEXT_STEP`` autoreset mode, from a gymnasium id or a
       ``package.module:function`` factory (with ``env_kwargs``), sync or async; per-env seeds
       derived from the run seed and the collector index.
-    * ``policy``: :class:`ModelSpec` (the Q-network shared with the learners) and
-      :class:`EpsilonGreedy`, batched over envs, epsilon set by the driver on each rollout.
-    * ``stochastic``: :class:`ActorCriticSpec` and categorical / Gaussian actors that store each
-      action's ``log_prob`` and the critic's ``value`` (PPO, A2C, SAC).
-    * ``nstep``: :class:`NStepBuffer`, n-step windows built collector-side.
-    * ``rollout``: :class:`RolloutWorker`, the pure core (no Ray).
+    * ``policy``: :class:`ModelSpec` (the Q-network shared with the learners, optionally with
+      dueling heads) and :class:`EpsilonGreedy`, batched over envs; exploration parameters
+      (``epsilon``, ``random``, ``deterministic``) set by the driver's schedule on each rollout.
+    * ``stochastic``: :class:`ActorCriticSpec` and categorical / Gaussian actor-critics that
+      store each action's ``log_prob`` and the critic's ``value`` (PPO, A2C, REINFORCE).
+    * ``squashed``: :class:`SquashedGaussianSpec`, SAC's tanh-Gaussian actor and its policy
+      (uniform random actions during warm-up).
+    * ``nstep``: :class:`NStepBuffer`, n-step windows built collector-side (off-policy).
+    * ``advantages``: :func:`gae` and :func:`returns_to_go`, pure and hand-checked.
+    * ``episodes``: :class:`EpisodeTracker`, per-env returns and lengths across rollouts.
+    * ``rollout``: :class:`RolloutWorker`, the off-policy pure core (no Ray).
+    * ``onpolicy``: :class:`OnPolicyWorker` and :class:`OnPolicyTransform`, the on-policy pure
+      core: ``SAME_STEP`` envs, fixed-length rollouts with GAE, or one complete episode per env
+      with Monte-Carlo returns (REINFORCE).
     * ``actor``: the ``Collector`` Ray actor; ``group``: :class:`CollectorGroup`.
     * ``bench``: ``python -m collector.bench``, collectors against the raw env + policy loop.
 
-Transitions. The worker drops gymnasium's auto-reset steps, so no transition spans two
+Off-policy transitions. The worker drops gymnasium's auto-reset steps, so no transition spans two
 episodes, and only written transitions count as frames. Every transition stores
 ``observation, action, reward, next_observation, terminated, truncated, n_step_discount,
 policy_version`` (plus ``log_prob, value`` for stochastic actors). With ``n_step = n`` a
@@ -25,6 +33,12 @@ is the observation ``k`` steps later (the terminal or truncated state if the epi
 bootstrap, a truncation does. The last ``n - 1`` steps of a rollout wait for the next rollout, so
 rollout boundaries never cut a window. ``frame_skip`` is for counting only (the driver
 multiplies receipts' frames by it; collectors do not repeat actions).
+
+On-policy transitions (``transform=OnPolicyTransform(...)``). Vector envs run in ``SAME_STEP``
+autoreset mode, so every step is a transition and a rollout of ``rollout_frames`` yields
+exactly that many; each stores ``observation, action, reward, terminated, truncated,
+policy_version, log_prob, value, advantage, value_target``, with advantages computed
+collector-side by the policy version that acted (so they are exact for a lockstep learner).
 
 Weights. A collector applies published weights only if they are newer by
 ``(generation, version)``; older ones are ignored. Every transition and every receipt carries the
@@ -72,7 +86,7 @@ import importlib
 # does not import the whole package (torch.distributed, DDP, env machinery).
 _EXPORTS = {
     "EpisodeTracker": "collector.episodes",
-    "OnPolicyTransform": "collector.onpolicy",
+    "OnPolicyTransform": "collector.config",
     "OnPolicyWorker": "collector.onpolicy",
     "SquashedGaussianSpec": "collector.squashed",
     "TanhGaussianPolicy": "collector.squashed",

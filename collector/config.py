@@ -123,3 +123,26 @@ class CollectorConfig:
             return self.epsilon_end
         fraction = max(frames, 0) / self.epsilon_anneal_frames
         return self.epsilon_start + fraction * (self.epsilon_end - self.epsilon_start)
+
+
+@dataclasses.dataclass(frozen=True)
+class OnPolicyTransform:
+    """How an on-policy rollout turns rewards into learning targets.
+
+    Attributes:
+        kind: ``gae`` (fixed-length rollouts, GAE) or ``episodes`` (complete episodes,
+            Monte-Carlo returns).
+        gamma: Discount factor.
+        gae_lambda: GAE's lambda (``gae``; 1.0 gives A2C's n-step returns).
+        baseline: ``episodes`` only: bootstrap truncations from the critic and subtract
+            ``V(s)`` from the returns.
+    """
+
+    kind: str = "gae"
+    gamma: float = 0.99
+    gae_lambda: float = 0.95
+    baseline: bool = True
+
+    def __post_init__(self) -> None:
+        if self.kind not in ("gae", "episodes"):
+            raise ValueError(f"kind: must be 'gae' or 'episodes', got {self.kind!r}")

@@ -23,41 +23,19 @@ log_prob, value, advantage, value_target``.
 
 from __future__ import annotations
 
-import dataclasses
-
 import gymnasium as gym
 import numpy as np
 import torch
 
 from collector.advantages import gae, returns_to_go
+from collector.config import OnPolicyTransform
 from collector.episodes import EpisodeTracker
 from collector.rollout import RolloutBatch
 
 # An env whose episode runs longer than this in an ``episodes`` rollout has no time limit.
 MAX_EPISODE_STEPS = 100_000
 
-
-@dataclasses.dataclass(frozen=True)
-class OnPolicyTransform:
-    """How an on-policy rollout turns rewards into learning targets.
-
-    Attributes:
-        kind: ``gae`` (fixed-length rollouts, GAE) or ``episodes`` (complete episodes,
-            Monte-Carlo returns).
-        gamma: Discount factor.
-        gae_lambda: GAE's lambda (``gae``; 1.0 gives A2C's n-step returns).
-        baseline: ``episodes`` only: bootstrap truncations from the critic and subtract
-            ``V(s)`` from the returns.
-    """
-
-    kind: str = "gae"
-    gamma: float = 0.99
-    gae_lambda: float = 0.95
-    baseline: bool = True
-
-    def __post_init__(self) -> None:
-        if self.kind not in ("gae", "episodes"):
-            raise ValueError(f"kind: must be 'gae' or 'episodes', got {self.kind!r}")
+__all__ = ["MAX_EPISODE_STEPS", "OnPolicyTransform", "OnPolicyWorker"]
 
 
 class OnPolicyWorker:

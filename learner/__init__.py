@@ -3,17 +3,25 @@
 Layout:
     * ``config``: :class:`LearnerConfig` (scaling, placement, sampling, loss, stepper, target
       network), validated on construction.
-    * ``loss``: :class:`DQNLoss`, a TorchRL-style loss module (TensorDict in, ``loss_*`` out):
-      double DQN, Huber, per-item ``td_error``; ``LearnerConfig.loss`` names it or a user
-      ``"module:factory"``; :class:`LossDispatch` routes named loss methods through DDP.
+    * ``losses``: one TorchRL-style loss module per algorithm (TensorDict in, ``loss_*`` out),
+      each with its math in its docstring: :class:`DQNLoss` (double DQN, Huber, per-item
+      ``td_error``), :class:`PPOLoss` (clipped surrogate, optional value clipping, entropy,
+      KL and clip-fraction diagnostics), :class:`A2CLoss`, :class:`ReinforceLoss` (optional
+      baseline), :class:`SACLoss` (twin Q, Polyak targets, learned temperature);
+      ``LearnerConfig.loss`` names one or a user ``"module:factory"``; ``options``: their
+      settings (``learner.onpolicy``, ``learner.sac``).
+    * ``loss``: :class:`LossDispatch` routes named loss methods through DDP.
     * ``stepper``: the :class:`Stepper` protocol and :class:`DefaultStepper` (clip by norm or
       value, ``grad_norm``, optional LR scheduler); ``precision``: :class:`MixedPrecisionStepper`
       (bf16/fp16 autocast, fp16 GradScaler, gradient accumulation, non-finite guard);
       ``delayed``: :class:`DelayedPolicyStepper` (TD3-style delayed actor updates, the example
-      of a user stepper).
+      of a user stepper); ``multi``: :class:`MultiOptimizerStepper` (one optimizer per named
+      loss method, SAC's critic, actor and temperature).
     * ``core``: :class:`LearnerCore`, the pure training state of one rank; ``version`` counts
       optimizer steps in the lineage; ``state_dict`` is tensors and plain values.
-    * ``sampling``: :class:`RankSampler`, per-rank sampling with one round of prefetch.
+    * ``sampling``: :class:`RankSampler`, per-rank sampling with one round of prefetch, and
+      on-policy rounds (:class:`EpochPlan`): the rank's share of the batch, fetched once and
+      trained in shuffled epochs of minibatches, reporting the items' policy lag.
     * ``rendezvous``: rank 0's store on a free port, retried on collision.
     * ``placement``: one placement group of ``world_size`` bundles (``resources_per_rank``,
       ``placement_strategy``) and the named rank actors.

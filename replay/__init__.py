@@ -39,6 +39,10 @@ update for a slot that has since been overwritten is dropped. Prioritized batche
 (``(P(i) / min_j P(j)) ** -beta``, the minimum over every sampleable item of every shard,
 computed by the client from each shard's reply); FIFO batches carry ``"fifo_pass"``.
 
+On-policy iterations: ``client.clear()`` drops every shard's items after the learners took
+their batch (write counts and writers' dedup state are kept), so each FIFO pass is exactly one
+iteration's data.
+
 Checkpoints: ``client.dump(dir)`` makes every shard write ``dir/replay-<i>/`` in parallel
 (``ReplayShard.dump(path)`` / ``ReplayTable.dump(path)`` each return their files and sizes);
 ``client.load(dir)`` (``ReplayShard.load(path)``, ``ReplayTable.load(path)``) restores contents,

@@ -3,9 +3,16 @@
 Layout:
     * ``config``: :class:`RunConfig`, the frozen per-component configs composed into one, loaded
       from YAML plus ``--set`` overrides and validated before any actor starts.
-    * ``spec``: the Q-network spec read from the env's spaces.
-    * ``controller``: :class:`Controller`, the thin frame-accounting loop (see its docstring):
-      receipts in, counters and references out, never batches.
+    * ``algorithms``: the recipes behind ``algorithm: dqn | ppo | a2c | reinforce | sac``: each
+      picks a loop, a loss and a collector policy, fills the config fields left unset, and
+      refuses combinations that cannot work (naming the field) before any actor starts.
+    * ``spec``: the model spec the algorithm builds from the env's spaces.
+    * ``controller``: :class:`Controller`, the run's shared runtime (see its docstring):
+      receipts in, counters and references out, never batches; setup starts every actor at
+      once and restores services before learners.
+    * ``loops``: the per-algorithm schedule: ``offpolicy`` (asynchronous collection, learner
+      rounds paced by the update-to-data ratio) and ``onpolicy`` (lockstep iterations with
+      policy lag 0: collect, train epochs of minibatches on exactly that batch, publish).
     * ``runid``: the unique run id ``<run.name>-<YYYYmmdd-HHMMSS>-<token>`` that names a run's
       actors (``<run id>.collector-0``), directory and ``run`` metrics label; a resumed run gets
       a new id and keeps the checkpoint's lineage.
@@ -28,12 +35,30 @@ Layout:
     * ``train``: the CLI, ``python -m services.train`` (``--config``, ``--set``, ``--resume``).
     * ``sweep``: ``python -m services.sweep --seeds 0,1,2 [--grid KEY=V1,V2]``, concurrent runs
       on one cluster; ``sweep_report``: its tables and its return-vs-frames plot across seeds.
-    * ``checkpoint_bench``: ``python -m services.checkpoint_bench``.
+    * ``checkpoint_bench``: ``python -m services.checkpoint_bench``; ``bench``:
+      ``python -m services.bench solve`` (time to solve from process start, per algorithm).
+    * ``clock``: this process's start time (start-up and time-to-solve figures).
 
 Nothing outside ``services`` imports it.
 """
 
-from services.config import ConfigError, RunConfig, load_config
-from services.controller import Controller
+from __future__ import annotations
 
-__all__ = ["ConfigError", "Controller", "RunConfig", "load_config"]
+import importlib
+
+# Loaded on first use: ``services.config`` alone (the CLI's first step) needs no torch.
+_EXPORTS = {
+    "ConfigError": "services.config",
+    "Controller": "services.controller",
+    "RunConfig": "services.config",
+    "load_config": "services.config",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str):
+    """Imports an exported name's module on first use (PEP 562)."""
+    if name not in _EXPORTS:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(_EXPORTS[name]), name)

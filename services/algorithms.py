@@ -24,10 +24,7 @@ from typing import Any
 
 import gymnasium as gym
 
-from collector.onpolicy import OnPolicyTransform
-from collector.policy import ModelSpec
-from collector.squashed import SquashedGaussianSpec
-from collector.stochastic import ActorCriticSpec
+from collector.config import OnPolicyTransform
 
 SpecBuilder = Callable[[Any, gym.Space, gym.Space], Any]
 
@@ -96,14 +93,19 @@ def _flat_box(config, obs_space: gym.Space) -> int:
     return int(obs_space.shape[0])
 
 
-def _q_network(config, obs_space: gym.Space, action_space: gym.Space) -> ModelSpec:
+# The spec builders import torch-based modules on use: validating a config needs no torch.
+def _q_network(config, obs_space: gym.Space, action_space: gym.Space):
+    from collector.policy import ModelSpec
+
     obs_dim = _flat_box(config, obs_space)
     return ModelSpec(
         obs_dim, int(action_space.n), config.learner.hidden_sizes, dueling=config.learner.dueling
     )
 
 
-def _actor_critic(config, obs_space: gym.Space, action_space: gym.Space) -> ActorCriticSpec:
+def _actor_critic(config, obs_space: gym.Space, action_space: gym.Space):
+    from collector.stochastic import ActorCriticSpec
+
     obs_dim = _flat_box(config, obs_space)
     if isinstance(action_space, gym.spaces.Discrete):
         return ActorCriticSpec(
@@ -114,7 +116,9 @@ def _actor_critic(config, obs_space: gym.Space, action_space: gym.Space) -> Acto
     )
 
 
-def _squashed_actor(config, obs_space: gym.Space, action_space: gym.Space) -> SquashedGaussianSpec:
+def _squashed_actor(config, obs_space: gym.Space, action_space: gym.Space):
+    from collector.squashed import SquashedGaussianSpec
+
     obs_dim = _flat_box(config, obs_space)
     return SquashedGaussianSpec(
         obs_dim,
@@ -309,10 +313,20 @@ def check(config) -> None:
 
 
 def spec_for(config, obs_space: gym.Space, action_space: gym.Space):
-    """The model spec of the run's algorithm for the env's spaces.
+    """The model spec of the run's algorithm for the env's spaces (imports torch).
 
     Raises:
         AlgorithmConfigError: If the action or observation space does not suit the algorithm.
+    """
+    check_spaces(config, obs_space, action_space)
+    return ALGORITHMS[config.algorithm].build_spec(config, obs_space, action_space)
+
+
+def check_spaces(config, obs_space: gym.Space, action_space: gym.Space) -> None:
+    """Refuses env spaces the algorithm cannot use (no torch needed).
+
+    Raises:
+        AlgorithmConfigError: Naming ``collector.env_id``.
     """
     algo = ALGORITHMS[config.algorithm]
     discrete = isinstance(action_space, gym.spaces.Discrete)
@@ -328,4 +342,4 @@ def spec_for(config, obs_space: gym.Space, action_space: gym.Space):
             f"collector.env_id: {algo.name} needs a Discrete or flat Box action space, "
             f"{config.collector.env_id} has {action_space}"
         )
-    return algo.build_spec(config, obs_space, action_space)
+    _flat_box(config, obs_space)

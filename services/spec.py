@@ -4,16 +4,14 @@ from __future__ import annotations
 
 import gymnasium as gym
 
-from services.algorithms import AlgorithmConfigError, spec_for
+from services.algorithms import AlgorithmConfigError, check_spaces, spec_for
 from services.config import ConfigError, RunConfig
 
+Spaces = tuple[gym.Space, gym.Space]
 
-def model_spec_for(config: RunConfig):
-    """Reads the env's spaces and returns the algorithm's model spec.
 
-    Returns:
-        A ``ModelSpec`` (DQN), ``ActorCriticSpec`` (PPO, A2C, REINFORCE) or
-        ``SquashedGaussianSpec`` (SAC).
+def env_spaces(config: RunConfig) -> Spaces:
+    """The env's observation and action spaces, checked against the algorithm (no torch).
 
     Raises:
         ConfigError: If the env id is unknown or its spaces do not suit the algorithm.
@@ -24,9 +22,27 @@ def model_spec_for(config: RunConfig):
     except gym.error.Error as err:
         raise ConfigError(f"collector.env_id: cannot make {env_id!r}: {err}") from None
     try:
-        obs_space, action_space = env.observation_space, env.action_space
+        spaces = env.observation_space, env.action_space
     finally:
         env.close()
+    try:
+        check_spaces(config, *spaces)
+    except AlgorithmConfigError as err:
+        raise ConfigError(str(err)) from None
+    return spaces
+
+
+def model_spec_for(config: RunConfig, spaces: Spaces | None = None):
+    """The algorithm's model spec for the env (spaces read with :func:`env_spaces` if omitted).
+
+    Returns:
+        A ``ModelSpec`` (DQN), ``ActorCriticSpec`` (PPO, A2C, REINFORCE) or
+        ``SquashedGaussianSpec`` (SAC).
+
+    Raises:
+        ConfigError: If the env id is unknown or its spaces do not suit the algorithm.
+    """
+    obs_space, action_space = spaces or env_spaces(config)
     try:
         return spec_for(config, obs_space, action_space)
     except AlgorithmConfigError as err:

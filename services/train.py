@@ -15,23 +15,23 @@ directory ``<run.storage>/<run id>``. Exit codes: 0 done (or stopped cleanly), 2
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import logging
 import math
 import os
 import signal
 import sys
+from concurrent.futures import ThreadPoolExecutor
 
 import ray
 
 from services.checkpoint import CheckpointError
-from services.checkpointing import resolve_resume
 from services.config import ConfigError, RunConfig, load_config
-from services.controller import Controller
-from services.launch import prepare_run
 from services.placement import PlacementError
 from services.progress import ProgressReporter
-from services.spec import model_spec_for
+from services.resume import resolve_resume
+from services.spec import env_spaces
 
 logger = logging.getLogger("relayrl")
 
@@ -90,7 +90,7 @@ def init_ray(*configs: RunConfig) -> None:
     )
 
 
-def install_signal_handlers(controller: Controller) -> None:
+def install_signal_handlers(controller) -> None:
     """First SIGINT/SIGTERM: stop at the next boundary; a second one: exit at once."""
 
     def handle(signum, frame):
@@ -104,6 +104,12 @@ def install_signal_handlers(controller: Controller) -> None:
     signal.signal(signal.SIGTERM, handle)
 
 
+def _load_driver(config: RunConfig, spaces):
+    """Imports the driver's torch-based modules and builds the model spec."""
+    launch = importlib.import_module("services.launch")
+    return launch, importlib.import_module("services.spec").model_spec_for(config, spaces)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Runs the CLI; returns the exit code."""
     args = build_parser().parse_args(argv)
@@ -112,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     try:
         config = load_config(args.config, args.set)
-        model_spec = model_spec_for(config)
+        spaces = env_spaces(config)
         resume = resolve_resume(args.resume, config)[0] if args.resume else None
     except ConfigError as err:
         print(f"relayrl: invalid config: {err}", file=sys.stderr)
@@ -121,10 +127,15 @@ def main(argv: list[str] | None = None) -> int:
         print(f"relayrl: cannot resume: {err}", file=sys.stderr)
         return 2
     progress = ProgressReporter()
-    run = prepare_run(config, model_spec=model_spec, resume=resume, progress=progress)
-    logger.info("run id %s (actors %s.collector-0, ...)", run.run_id, run.run_id)
     try:
-        init_ray(config)
+        # The config is valid: the driver's heavy imports (torch, the controller) and the model
+        # spec load in a helper thread while Ray starts, instead of one after the other.
+        with ThreadPoolExecutor(1, thread_name_prefix="imports") as pool:
+            loading = pool.submit(_load_driver, config, spaces)
+            init_ray(config)
+            launch, model_spec = loading.result()
+        run = launch.prepare_run(config, model_spec=model_spec, resume=resume, progress=progress)
+        logger.info("run id %s (actors %s.collector-0, ...)", run.run_id, run.run_id)
         install_signal_handlers(run.controller)  # after ray.init, which installs its own
         summary = run.execute()
     except KeyboardInterrupt:

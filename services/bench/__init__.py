@@ -1,0 +1,6 @@
+"""``python -m services.bench <name>``: driver-side benchmarks, one module per subcommand.
+
+Subcommands (each prints progress to stderr and one JSON object as its last line of stdout):
+    * ``solve``: seconds and frames from process start until each algorithm solves its task,
+      over seeds (:mod:`services.bench.solve`).
+"""
