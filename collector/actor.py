@@ -315,6 +315,8 @@ class Collector:
             ValueError: If the state belongs to another collector or another shape of one.
             RuntimeError: If a rollout is running (pause first).
         """
+        if state.get("format") == 1:  # written before on-policy collectors: n-step only
+            state = {**state, "format": 2, "transitions": f"nstep-{state.get('n_step')}"}
         expected = {
             "format": STATE_FORMAT,
             "collector_id": self.collector_id,

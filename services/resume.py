@@ -23,11 +23,14 @@ PINNED_FIELDS = (
 )
 
 
-def _field(config: dict, dotted: str):
+_MISSING = object()
+
+
+def _field(config: dict, dotted: str, default=None):
     node = config
     for part in dotted.split("."):
         if not isinstance(node, dict) or part not in node:
-            return None
+            return default
         node = node[part]
     return node
 
@@ -39,8 +42,12 @@ def check_compatible(checkpoint_config: dict, config: RunConfig) -> None:
         ConfigError: Naming the first differing field.
     """
     current = config.to_dict()
+    defaults = RunConfig().to_dict()  # what a checkpoint from before a field existed ran with
     for dotted in PINNED_FIELDS:
-        saved, now = _field(checkpoint_config, dotted), _field(current, dotted)
+        saved = _field(checkpoint_config, dotted, _MISSING)
+        if saved is _MISSING:
+            saved = _field(defaults, dotted)
+        now = _field(current, dotted)
         if saved != now:
             raise ConfigError(
                 f"{dotted}: the checkpoint was written with {saved!r}, this config has {now!r}; "

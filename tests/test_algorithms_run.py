@@ -57,6 +57,21 @@ def test_ppo_lockstep_trains_on_the_current_version_only(ray_cluster, tmp_path):
     assert summary["episode_return_mean"] > 150  # random play: about 22
 
 
+def test_ppo_with_two_ranks_splits_every_minibatch(ray_cluster, tmp_path):
+    summary, rollouts, rounds = run_config(
+        "cartpole_ppo.yaml",
+        tmp_path,
+        "controller.total_frames=5120",
+        "controller.stop_return=null",
+        "learner.world_size=2",
+    )
+    assert summary["iteration"] == len(rounds) == 10
+    assert summary["model_version"] == 10 * 40
+    # Each rank takes half of every iteration's 512 transitions and trains 20 epochs on them.
+    assert all(r.samples == 20 * 256 and r.metrics["policy_lag_max"] == 0 for r in rounds)
+    assert all(policy == learner for policy, learner in rollouts)
+
+
 @pytest.mark.parametrize(
     ("config", "frames", "threshold"),
     [("cartpole_a2c.yaml", 40_000, 80.0), ("cartpole_reinforce.yaml", 50_000, 60.0)],
