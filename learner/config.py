@@ -107,7 +107,7 @@ class LearnerConfig:
     stepper: str = "auto"
     stepper_options: dict = dataclasses.field(default_factory=dict)
     optimizer: str = "adam"
-    lr: float = 5e-4
+    lr: float = 1e-3
     weight_decay: float = 0.0
     grad_clip: str = "norm"
     max_grad_norm: float = 10.0
