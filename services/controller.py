@@ -41,6 +41,7 @@ from services.checkpointing import (
     save_cut,
 )
 from services.config import RunConfig
+from services.control import Inbox  # gRPC
 from services.early_stop import EarlyStopping
 from services.spec import model_spec_for
 from services.stats import EpisodeWindow, RateMeter, RunCounters
@@ -48,7 +49,7 @@ from services.stats import EpisodeWindow, RateMeter, RunCounters
 logger = logging.getLogger(__name__)
 
 Hook = Callable[..., None]
-EVENTS = ("setup", "rollout", "round", "progress", "checkpoint", "shutdown")
+EVENTS = ("setup", "rollout", "external", "round", "progress", "checkpoint", "shutdown")
 
 
 class Controller:
@@ -102,12 +103,14 @@ class Controller:
         self.started_at = time.perf_counter()
         self.wall_s = 0.0
         self.rates = RateMeter()
+        self.inbox = Inbox()  # gRPC: requests from server threads, served at loop boundaries
 
     # -- hooks -------------------------------------------------------------------------------
     def register(self, event: str, hook: Hook) -> None:
         """Calls ``hook(controller, *args)`` at a loop boundary.
 
-        Events: ``setup``; ``rollout`` (receipt); ``round`` (step receipt); ``progress``
+        Events: ``setup``; ``rollout`` (receipt); ``external`` (an external actor's
+        ``ExternalReceipt``, gRPC); ``round`` (step receipt); ``progress``
         (snapshot dict); ``checkpoint`` (path, seconds); ``shutdown``.
         """
         if event not in self.hooks:
@@ -180,7 +183,8 @@ class Controller:
         """Cuts a consistent checkpoint now (None when checkpoints are off)."""
         if self.checkpoints is None:
             return None
-        return save_cut(self, self.checkpoints)
+        with self.inbox.barrier(self):  # gRPC: external writes held and counted for the cut
+            return save_cut(self, self.checkpoints)
 
     def shutdown(self) -> None:
         """Stops every actor this controller started (idempotent)."""
@@ -316,6 +320,17 @@ class Controller:
         self._check_early_stop({"learner": receipt.metrics})
         self.emit("round", receipt)
 
+    def count_external(self, receipt) -> None:
+        """Counts an external actor's stored batch (gRPC) exactly like a rollout's frames."""
+        c = self.counters
+        c.collected_frames += receipt.frames * self.config.collector.frame_skip
+        c.transitions += receipt.frames
+        c.external_frames += receipt.frames * self.config.collector.frame_skip
+        c.episodes += len(receipt.episode_returns)
+        self.episodes.extend(receipt.episode_returns, receipt.episode_lengths)
+        report.update_milestones(self)
+        self.emit("external", receipt)
+
     def accept_weights(self, weights: PublishedWeights, *, force: bool = False) -> None:
         """Keeps ``weights`` if newer by (generation, version), or always with ``force``."""
         if not force and self.weights is not None and weights.key <= self.weights.key:
@@ -364,11 +379,14 @@ class Controller:
         ctrl = self.config.controller
         next_progress = time.perf_counter() + ctrl.log_interval_s
         while True:
+            self.inbox.poll(self)  # gRPC: count external writes, serve checkpoint/stop requests
             if self._checkpoint_due():
                 self.checkpoint()
             self._issue_rollouts()
             self._maybe_start_round()
-            if not self.wait_and_process(ctrl.log_interval_s):
+            if not self.wait_and_process(ctrl.log_interval_s) and not self.inbox.wait(
+                self, ctrl.log_interval_s
+            ):  # gRPC: with external actors, idle until the budget or a stop
                 break  # nothing in flight and nothing owed: budget reached or stop requested
             if time.perf_counter() >= next_progress:
                 snapshot = self.snapshot()

@@ -26,6 +26,7 @@ from services.checkpoint import CheckpointError
 from services.checkpointing import resolve_resume
 from services.config import ConfigError, RunConfig, load_config
 from services.controller import Controller
+from services.grpc_server import serve_run
 from services.metrics import MetricsExporter
 from services.progress import ProgressReporter
 from services.rundir import RunLog, resolve_run_dir
@@ -140,11 +141,19 @@ def main(argv: list[str] | None = None) -> int:
     controller.register("progress", lambda _, snapshot: run_log.write(snapshot))
     install_signal_handlers(controller)
     try:
+        grpc_server = serve_run(config, controller)  # None unless grpc.port is set
+    except OSError as err:
+        print(f"relayrl: {err}", file=sys.stderr)
+        ray.shutdown()
+        return 2
+    try:
         summary = controller.run()
     except KeyboardInterrupt:
         logger.warning("interrupted before a clean stop")
         return 130
     finally:
+        if grpc_server is not None:
+            grpc_server.stop()  # health NOT_SERVING, in-flight calls get grpc.grace_s
         progress.close()
         if tensorboard is not None:
             tensorboard.close()
