@@ -189,6 +189,7 @@ class Inbox:
         if done:
             if self._closed:
                 return False
+            self._set_state("stopping")
             self._close_intake(controller, count=True)
             return not controller.stop_requested and controller.steps_target() > (
                 controller.counters.optim_steps
@@ -230,9 +231,12 @@ class Inbox:
     def _count(self, controller) -> None:
         with self._cond:
             receipts, self._receipts = self._receipts, []
-        for receipt, future in receipts:
+        for receipt, _ in receipts:
             if receipt.frames:
                 controller.count_external(receipt)
+        if receipts:
+            self._snapshot(controller)  # GetStatus shows them once their Insert is answered
+        for _, future in receipts:
             future.set_result(controller.counters.collected_frames)
 
     def _close_intake(self, controller, *, count: bool) -> None:

@@ -1,0 +1,205 @@
+"""End-to-end: a CLI run with no collectors, fed and controlled over gRPC by other processes."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import threading
+
+import pytest
+
+from services.grpc_client import RelayClient
+from tests.conftest import PYTHON, ROOT, cli_env
+
+TOKEN = "test-token"
+ADDRESS = re.compile(r"gRPC server at (127\.0\.0\.1:\d+)")
+RUN_ARGS = (
+    "--set",
+    "collector.num_collectors=0",
+    "--set",
+    "grpc.port=0",
+    "--set",
+    f"grpc.token={TOKEN}",
+    "--set",
+    "grpc.max_message_mb=0.05",
+    "--set",
+    "controller.total_frames=1000000",
+    "--set",
+    "controller.init_random_frames=500",
+    "--set",
+    "controller.log_interval_s=0.5",
+    "--set",
+    "checkpoint.keep=10",
+)
+
+
+class Run:
+    """A ``python -m services.train`` subprocess whose gRPC address is read from its log."""
+
+    def __init__(self, run_dir, *extra: str) -> None:
+        self.stdout = open(run_dir.parent / f"{run_dir.name}.stdout", "w+")  # noqa: SIM115
+        self.process = subprocess.Popen(
+            [PYTHON, "-m", "services.train", *RUN_ARGS, "--set", f"run.dir={run_dir}", *extra],
+            cwd=ROOT,
+            env=cli_env(),
+            stdout=self.stdout,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        self.log: list[str] = []
+        self.address: str | None = None
+        self.found = threading.Event()
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+        assert self.found.wait(120), "".join(self.log[-20:])
+        assert self.address, "".join(self.log[-20:])
+        self.client = RelayClient(self.address, token=TOKEN)
+
+    def _read(self) -> None:
+        for line in self.process.stderr:
+            self.log.append(line)
+            match = ADDRESS.search(line)
+            if match and self.address is None:
+                self.address = match.group(1)
+                self.found.set()
+        self.found.set()
+
+    def finish(self, timeout: float = 120) -> tuple[int, dict]:
+        code = self.process.wait(timeout=timeout)
+        self.reader.join(timeout=10)
+        self.stdout.seek(0)
+        lines = self.stdout.read().splitlines()
+        return code, json.loads(lines[-1]) if lines and lines[-1].startswith("{") else {}
+
+    def close(self) -> None:
+        self.client.close()
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.wait(timeout=30)
+        self.stdout.close()
+
+
+def probe(mode: str, address: str) -> dict:
+    result = subprocess.run(
+        [PYTHON, str(ROOT / "tests/grpc_probe.py"), mode, address, TOKEN],
+        cwd=ROOT,
+        env=cli_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    return json.loads(result.stdout.splitlines()[-1])
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory):
+    """One run for the module; its tests go in file order and the last one stops it."""
+    run = Run(tmp_path_factory.mktemp("grpc") / "run")
+    try:
+        run.client.wait_health("SERVING", timeout=120)
+        yield {"run": run}
+    finally:
+        run.close()
+
+
+def test_external_actor_feeds_a_run_without_collectors(served):
+    run = served["run"]
+    result = subprocess.run(
+        [PYTHON, "-m", "services.external_actor", "--address", run.address, "--token", TOKEN,
+         "--frames", "2000", "--batch-frames", "256"],
+        cwd=ROOT, env=cli_env(), capture_output=True, text=True, timeout=180,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    actor = json.loads(result.stdout.splitlines()[-1])
+    assert actor["frames"] >= 2000 and actor["batches"] >= 8
+    assert actor["weight_fetches"] >= 1 and actor["weights_version"] >= 0
+    status = run.client.status()
+    assert status.state == "running"
+    assert status.frames == status.external_frames == status.transitions == actor["frames"]
+    assert sum(shard.size for shard in status.replay) == actor["frames"]
+
+
+def test_inserts_are_stored_counted_and_retries_acknowledged(served):
+    out = probe("insert", served["run"].address)
+    assert out["items"] == [300, 200] and out["counted"] == 500
+    assert out["writer_ids"] == ["external/probe-insert"] * 2
+    assert out["frames_after"] - out["frames_before"] == 500
+    assert out["external_after"] == out["frames_after"]
+    assert out["replay_after"] - out["replay_before"] == 500
+    assert out["total"] == out["frames_after"]
+    assert out["retry_counted"] == 0 and out["retry_duplicate"] == [True]
+
+
+def test_weights_newer_than_a_version_load_into_a_policy_that_acts(served):
+    out = probe("weights", served["run"].address)
+    assert out["generation"] == 0 and out["version"] >= 0
+    assert "0.weight" in out["keys"]
+    assert len(out["actions"]) == 5 and set(out["actions"]) <= {0, 1}
+    assert out["not_newer_again"]
+
+
+def test_bad_inputs_are_refused_and_nothing_is_stored(served):
+    out = probe("bad", served["run"].address)
+    cases = out["cases"]
+    expected = {
+        "unknown_dtype": "'observation'",
+        "shape": "'observation'",
+        "missing_key": "'reward'",
+        "nan_reward": "'reward'",
+        "too_large": "grpc.max_message_mb",
+    }
+    for case, named in expected.items():
+        code, details = cases[case]
+        assert code == "INVALID_ARGUMENT", (case, code, details)
+        assert named in details and "key '" in details, (case, details)
+    assert "complex64" in cases["unknown_dtype"][1]
+    for case in ("no_token", "wrong_token", "no_token_status", "wrong_token_status"):
+        assert cases[case][0] == "UNAUTHENTICATED", (case, cases[case])
+    assert cases["no_token_health"][0] == "SERVING"
+    assert out["replay_between"] == out["replay_before"]
+    assert out["frames_between"] == out["frames_before"]
+    assert out["good_counted"] == 64
+    assert out["replay_after_good"] == out["replay_before"] + 64
+
+
+def test_checkpoint_now_then_stop_with_a_final_checkpoint(served):
+    run = served["run"]
+    client = run.client
+    path = client.checkpoint()
+    status = client.status()
+    assert status.last_checkpoint == path
+    manifest = json.loads((ROOT / path / "manifest.json").read_text())
+    assert manifest["counters"]["collected_frames"] == status.frames
+    assert manifest["counters"]["transitions"] == sum(s.size for s in status.replay)
+    served["checkpoint"] = path
+    served["frames"] = status.frames
+
+    assert client.stop(wait=False) == ""
+    assert client.health() == "NOT_SERVING"  # from the moment the stop is accepted
+    code, summary = run.finish()
+    assert code == 0, "".join(run.log[-30:])
+    assert summary["stop_reason"] == "stop requested over gRPC"
+    assert summary["checkpoint"] and summary["checkpoint"] != path
+    assert (ROOT / summary["checkpoint"] / "manifest.json").is_file()
+    assert summary["frames"] == status.frames
+    assert summary["optim_steps"] > 0 and summary["model_version"] == summary["optim_steps"]
+
+
+def test_resume_accepts_the_grpc_checkpoint(served, tmp_path):
+    if "checkpoint" not in served:
+        pytest.skip("needs the checkpoint of the previous test")
+    run = Run(tmp_path / "resumed", "--resume", served["checkpoint"])
+    try:
+        run.client.wait_health("SERVING", timeout=120)
+        status = run.client.status()
+        assert status.frames == served["frames"]
+        assert sum(s.size for s in status.replay) == served["frames"]
+        final = run.client.stop(wait=True)
+        assert final and (ROOT / final / "manifest.json").is_file()
+        code, summary = run.finish()
+        assert code == 0 and summary["checkpoint"] == final
+        assert any("resumed from" in line for line in run.log)
+    finally:
+        run.close()
