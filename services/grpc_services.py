@@ -172,7 +172,10 @@ class ExperienceServicer(pb_grpc.ExperienceServicer):
                 replay = self._client()
                 self.inbox.begin_write(timeout=_remaining(context))
                 try:
-                    ref = replay.write_async(arrays, writer, request.seq)
+                    # A writer's batches take turns over the shards, so one external actor
+                    # fills every shard; a retry of (writer, seq) meets the same shard (dedup).
+                    shard = replay.shard_for(writer) + request.seq
+                    ref = replay.write_async(arrays, writer, request.seq, shard=shard)
                 except BaseException:
                     self.inbox.acknowledged(None)
                     raise

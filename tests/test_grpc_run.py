@@ -11,9 +11,11 @@ import pytest
 
 from services.grpc_client import RelayClient
 from tests.conftest import PYTHON, ROOT, cli_env
+from tests.test_observability import scrape, value
 
 TOKEN = "test-token"
 ADDRESS = re.compile(r"gRPC server at (127\.0\.0\.1:\d+)")
+METRICS = re.compile(r"Prometheus metrics at http://127\.0\.0\.1:(\d+)/metrics")
 RUN_ARGS = (
     "--set",
     "collector.num_collectors=0",
@@ -118,7 +120,12 @@ def test_external_actor_feeds_a_run_without_collectors(served):
     status = run.client.status()
     assert status.state == "running"
     assert status.frames == status.external_frames == status.transitions == actor["frames"]
-    assert sum(shard.size for shard in status.replay) == actor["frames"]
+    sizes = [shard.size for shard in status.replay]
+    assert sum(sizes) == actor["frames"] and min(sizes) > 0  # one writer fills every shard
+    port = next(int(m.group(1)) for line in run.log if (m := METRICS.search(line)))
+    samples = scrape(port)
+    assert value(samples, "relayrl_frames_total", source="external") == actor["frames"]
+    assert value(samples, "relayrl_transitions_total", source="external") == actor["frames"]
 
 
 def test_inserts_are_stored_counted_and_retries_acknowledged(served):

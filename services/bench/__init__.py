@@ -1,0 +1,6 @@
+"""``python -m services.bench <name>``: driver-side benchmarks, one module per subcommand.
+
+Subcommands (each prints progress to stderr and one JSON object as its last line of stdout):
+    * ``grpc``: external insert throughput over gRPC against a raw gRPC stream of the same
+      bytes (:mod:`services.bench.grpc`).
+"""
