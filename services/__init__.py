@@ -18,7 +18,16 @@ Layout:
       ``rundir``: the run directory (``config.yaml``, ``metrics.jsonl``); ``plot``:
       ``python -m services.plot RUN_DIR``.
     * ``train``: the CLI, ``python -m services.train`` (``--config``, ``--set``, ``--resume``).
-    * ``checkpoint_bench``: ``python -m services.checkpoint_bench``.
+    * gRPC (``grpc.port``): ``proto/relayrl/v1`` (``relayrl.proto`` and its checked-in generated
+      modules); ``grpc_server``: the server (token auth, health, reflection, limits) and
+      ``grpc_services``: its ``Control`` and ``Experience`` servicers; ``control``: the
+      thread-safe :class:`~services.control.Inbox` through which they reach the driver loop
+      (external receipts to count, checkpoint and stop requests, status); ``external``: the
+      run's transition spec, batch checks and tensor codecs; ``grpc_client``:
+      :class:`~services.grpc_client.RelayClient`; ``external_actor``: an example actor outside
+      Ray, ``python -m services.external_actor``.
+    * ``checkpoint_bench``: ``python -m services.checkpoint_bench``; ``bench``: ``python -m
+      services.bench grpc`` (external insert throughput against a raw gRPC stream).
 
 Nothing outside ``services`` imports it.
 """
