@@ -12,6 +12,7 @@ import ray
 
 from replay.config import ReplayConfig
 from replay.receipts import WriteReceipt
+from replay.shm import BlockViews, Layout, view_batch
 from replay.storage import Batch
 from replay.table import ReplayTable
 
@@ -49,6 +50,7 @@ class ReplayShard:
     ) -> None:
         self.shard_id = shard_id
         self.mmap_root = None if mmap_dir is None else Path(mmap_dir)
+        self.shared_views = BlockViews()
         self.table = ReplayTable(
             capacity,
             shard_id=shard_id,
@@ -67,6 +69,14 @@ class ReplayShard:
     def write(self, batch: Batch, writer_id: str, seq: int) -> WriteReceipt:
         """Stores a batch; see :meth:`ReplayTable.write`."""
         return self.table.write(batch, writer_id, seq)
+
+    def write_shared(self, path: str, layout: Layout, writer_id: str, seq: int) -> WriteReceipt:
+        """Stores a batch a writer on this node placed in shared memory (see ``replay.shm``)."""
+        return self.table.write(view_batch(self.shared_views, path, layout), writer_id, seq)
+
+    def node_id(self) -> str:
+        """The Ray node this shard runs on (writers on the same node may use shared memory)."""
+        return ray.get_runtime_context().get_node_id()
 
     def sample(
         self, batch_size: int, updates: Updates | None = None

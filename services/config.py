@@ -194,6 +194,9 @@ class GrpcConfig:
         max_workers: Threads serving RPCs (each open Insert stream holds one).
         inflight_writes: Replay writes one Insert stream keeps in flight while it reads on.
         grace_s: Seconds in-flight RPCs get to finish when the server stops.
+        shared_memory_mb: Batches over 100 KiB for shards on the driver's node go through a
+            pool of shared-memory blocks in ``/dev/shm`` of at most this size instead of Ray's
+            object store (``replay.shm``); 0: off.
     """
 
     port: int | None = None
@@ -203,6 +206,7 @@ class GrpcConfig:
     max_workers: int = 16
     inflight_writes: int = 4
     grace_s: float = 2.0
+    shared_memory_mb: float = 256.0
 
     def __post_init__(self) -> None:
         checks = [
@@ -218,6 +222,12 @@ class GrpcConfig:
             (self.max_workers >= 2, "max_workers", "must be >= 2", self.max_workers),
             (self.inflight_writes >= 1, "inflight_writes", "must be >= 1", self.inflight_writes),
             (self.grace_s >= 0, "grace_s", "must be >= 0", self.grace_s),
+            (
+                self.shared_memory_mb >= 0,
+                "shared_memory_mb",
+                "must be >= 0",
+                self.shared_memory_mb,
+            ),
         ]
         for ok, field, rule, value in checks:
             if not ok:

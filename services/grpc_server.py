@@ -133,15 +133,14 @@ class GrpcServer:
         pb_grpc.add_ControlServicer_to_server(
             ControlServicer(inbox, run_name, config_json), self.server
         )
-        pb_grpc.add_ExperienceServicer_to_server(
-            ExperienceServicer(
-                inbox,
-                spec,
-                max_bytes=config.max_message_bytes,
-                inflight_writes=config.inflight_writes,
-            ),
-            self.server,
+        self.experience = ExperienceServicer(
+            inbox,
+            spec,
+            max_bytes=config.max_message_bytes,
+            inflight_writes=config.inflight_writes,
+            shared_bytes=int(config.shared_memory_mb * (1 << 20)),
         )
+        pb_grpc.add_ExperienceServicer_to_server(self.experience, self.server)
         self.health = health.HealthServicer(experimental_non_blocking=True)
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
         self._set_health(serving=False)
@@ -184,6 +183,7 @@ class GrpcServer:
         """Health goes NOT_SERVING, then in-flight calls get ``grpc.grace_s`` to finish."""
         self.health.enter_graceful_shutdown()
         self.server.stop(self.config.grace_s).wait(self.config.grace_s + 1.0)
+        self.experience.close()
         logger.info("gRPC server at %s stopped", self.address)
 
 

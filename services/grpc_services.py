@@ -17,6 +17,7 @@ import grpc
 import ray
 
 from replay.client import ReplayClient
+from replay.shm import SharedBatch, SharedBlocks
 from services.control import Inbox, IntakeClosed
 from services.external import (
     BatchError,
@@ -32,6 +33,9 @@ from services.proto.relayrl.v1 import relayrl_pb2_grpc as pb_grpc
 logger = logging.getLogger(__name__)
 
 WEIGHTS_CHUNK_BYTES = 1 << 20
+# Batches from this size go through shared memory to shards on this node (smaller ones travel
+# inline in the Ray call, which is cheaper for them).
+SHARED_MIN_BYTES = 100 << 10
 # How long an RPC waits for the driver (a checkpoint cut, counting, a held write) at most.
 DRIVER_TIMEOUT_S = 600.0
 
@@ -122,6 +126,7 @@ class _Write:
     counted: concurrent.futures.Future = dataclasses.field(
         default_factory=concurrent.futures.Future
     )
+    shared: SharedBatch | None = None
     receipt: ExternalReceipt | None = None
     error: BaseException | None = None
 
@@ -134,15 +139,24 @@ class ExperienceServicer(pb_grpc.ExperienceServicer):
         spec: The run's transition spec; every batch is checked against it before it is sent.
         max_bytes: Largest batch.
         inflight_writes: Replay writes one stream keeps in flight.
+        shared_bytes: Size limit of the shared-memory pool for shards on this node (0: off).
     """
 
     def __init__(
-        self, inbox: Inbox, spec: TransitionSpec, *, max_bytes: int, inflight_writes: int = 4
+        self,
+        inbox: Inbox,
+        spec: TransitionSpec,
+        *,
+        max_bytes: int,
+        inflight_writes: int = 4,
+        shared_bytes: int = 0,
     ) -> None:
         self.inbox = inbox
         self.spec = spec
         self.max_bytes = max_bytes
         self.inflight_writes = inflight_writes
+        self.shared = SharedBlocks(max_bytes=shared_bytes) if shared_bytes else None
+        self._local: list[bool] = []
         self._replay: ReplayClient | None = None
         self._weights_lock = threading.Lock()
         self._encoded: tuple[tuple[int, int], list, bytes] | None = None
@@ -151,8 +165,34 @@ class ExperienceServicer(pb_grpc.ExperienceServicer):
         if self._replay is None:
             if not self.inbox.shards:
                 raise IntakeClosed(f"the run is {self.inbox.state}: replay is not up yet")
-            self._replay = ReplayClient(self.inbox.shards)
+            shards = self.inbox.shards
+            if self.shared is not None:
+                here = ray.get_runtime_context().get_node_id()
+                nodes = ray.get([shard.node_id.remote() for shard in shards], timeout=60)
+                self._local = [node == here for node in nodes]
+            self._replay = ReplayClient(shards)
         return self._replay
+
+    def _send(self, replay: ReplayClient, arrays: dict, writer: str, seq: int) -> _Write:
+        """Sends one write: through shared memory to a shard on this node, else by Ray."""
+        # A writer's batches take turns over the shards, so one external actor fills every
+        # shard; a retry of (writer, seq) meets the same shard (dedup).
+        index = (replay.shard_for(writer) + seq) % len(replay.shards)
+        shared = None
+        nbytes = sum(array.nbytes for array in arrays.values())
+        if self._local and self._local[index] and nbytes >= SHARED_MIN_BYTES:
+            shared = self.shared.put(arrays)
+        if shared is not None:
+            shard = replay.shards[index]
+            ref = shard.write_shared.remote(shared.path, shared.layout, writer, seq)
+        else:
+            ref = replay.write_async(arrays, writer, seq, shard=index)
+        return _Write(ref.future(), shared=shared)
+
+    def close(self) -> None:
+        """Frees the shared-memory blocks."""
+        if self.shared is not None:
+            self.shared.close()
 
     def Insert(self, request_iterator, context):
         """Checks, stores and (through the driver) counts each batch; answers with receipts."""
@@ -172,14 +212,10 @@ class ExperienceServicer(pb_grpc.ExperienceServicer):
                 replay = self._client()
                 self.inbox.begin_write(timeout=_remaining(context))
                 try:
-                    # A writer's batches take turns over the shards, so one external actor
-                    # fills every shard; a retry of (writer, seq) meets the same shard (dedup).
-                    shard = replay.shard_for(writer) + request.seq
-                    ref = replay.write_async(arrays, writer, request.seq, shard=shard)
+                    write = self._send(replay, arrays, writer, request.seq)
                 except BaseException:
                     self.inbox.acknowledged(None)
                     raise
-                write = _Write(ref.future())
                 meta = (request.writer_id, request.seq, request.episode_returns,
                         request.episode_lengths)  # fmt: skip
                 write.acked.add_done_callback(lambda done, w=write, m=meta: self._acked(w, m))
@@ -204,6 +240,8 @@ class ExperienceServicer(pb_grpc.ExperienceServicer):
     def _acked(self, write: _Write, meta: tuple) -> None:
         """Runs when a shard acknowledged (or failed) a write; hands the receipt to the driver."""
         writer_id, seq, returns, lengths = meta
+        if write.shared is not None:
+            self.shared.release(write.shared.block)
         try:
             receipt = write.acked.result()
         except BaseException as err:

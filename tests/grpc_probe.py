@@ -40,7 +40,8 @@ def replay_size(client: RelayClient) -> int:
 def insert(client: RelayClient) -> dict:
     before = client.status()
     first = client.batch(transitions(300, 1), episode_returns=[12.0], episode_lengths=[12])
-    reply = client.insert([first, transitions(200, 2)])
+    # 2,000 CartPole items (116 KB) go through shared memory, 300 by Ray (see replay.shm).
+    reply = client.insert([first, transitions(2000, 2)])
     retry = client.insert([first])
     after = client.status()
     return {
@@ -103,7 +104,7 @@ def bad(client: RelayClient, address: str) -> dict:
     nan = dict(good, reward=good["reward"].copy())
     nan["reward"][3] = np.nan
     send("nan_reward", nan)
-    send("too_large", transitions(2000))
+    send("too_large", transitions(5000))
     for name, token in (("no_token", None), ("wrong_token", "not-the-token")):
         other = RelayClient(address, token=token)
         cases[name] = refused(lambda other=other: other.insert([other.batch(good)]))

@@ -24,7 +24,7 @@ RUN_ARGS = (
     "--set",
     f"grpc.token={TOKEN}",
     "--set",
-    "grpc.max_message_mb=0.05",
+    "grpc.max_message_mb=0.25",
     "--set",
     "controller.total_frames=1000000",
     "--set",
@@ -130,11 +130,11 @@ def test_external_actor_feeds_a_run_without_collectors(served):
 
 def test_inserts_are_stored_counted_and_retries_acknowledged(served):
     out = probe("insert", served["run"].address)
-    assert out["items"] == [300, 200] and out["counted"] == 500
+    assert out["items"] == [300, 2000] and out["counted"] == 2300
     assert out["writer_ids"] == ["external/probe-insert"] * 2
-    assert out["frames_after"] - out["frames_before"] == 500
+    assert out["frames_after"] - out["frames_before"] == 2300
     assert out["external_after"] == out["frames_after"]
-    assert out["replay_after"] - out["replay_before"] == 500
+    assert out["replay_after"] - out["replay_before"] == 2300
     assert out["total"] == out["frames_after"]
     assert out["retry_counted"] == 0 and out["retry_duplicate"] == [True]
 
