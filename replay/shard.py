@@ -70,9 +70,20 @@ class ReplayShard:
         """Stores a batch; see :meth:`ReplayTable.write`."""
         return self.table.write(batch, writer_id, seq)
 
-    def write_shared(self, path: str, layout: Layout, writer_id: str, seq: int) -> WriteReceipt:
-        """Stores a batch a writer on this node placed in shared memory (see ``replay.shm``)."""
-        return self.table.write(view_batch(self.shared_views, path, layout), writer_id, seq)
+    def write_many(self, writes: list[tuple[Batch, str, int]]) -> list[WriteReceipt]:
+        """Stores ``(batch, writer_id, seq)`` writes in order (one call for several)."""
+        return [self.table.write(batch, writer_id, seq) for batch, writer_id, seq in writes]
+
+    def write_shared_many(self, writes: list[tuple[str, Layout, str, int]]) -> list[WriteReceipt]:
+        """Stores ``(path, layout, writer_id, seq)`` batches placed in shared memory, in order.
+
+        The writer runs on this shard's node (see ``replay.shm``); each batch is copied into the
+        table, so the writer may reuse its block once this call returns.
+        """
+        return [
+            self.table.write(view_batch(self.shared_views, path, layout), writer_id, seq)
+            for path, layout, writer_id, seq in writes
+        ]
 
     def node_id(self) -> str:
         """The Ray node this shard runs on (writers on the same node may use shared memory)."""

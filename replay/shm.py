@@ -5,7 +5,7 @@ by the shard; for megabyte batches the object store's per-object work dominates 
 for an Atari-sized batch of 1.8 MB on the 2-core development machine, against under 1 ms this
 way). Here the writer copies the batch into a reusable block, a file in ``/dev/shm`` (memory,
 not disk), and sends only the block's path and layout; the shard maps the block once and copies
-the batch from it into its table (:meth:`replay.shard.ReplayShard.write_shared`). A block goes
+the batch from it into its table (:meth:`replay.shard.ReplayShard.write_shared_many`). A block goes
 back to the writer's pool when the write is acknowledged, so it is never rewritten while read.
 
 Blocks are reserved with ``posix_fallocate`` (a full ``/dev/shm`` refuses the reservation up

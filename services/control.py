@@ -117,8 +117,11 @@ class Inbox:
         self._wake.set()
         return future
 
-    def begin_write(self, timeout: float | None = None) -> None:
-        """Waits until an external write may be sent, and counts it as in flight.
+    def begin_write(self, timeout: float | None = None, count: int = 1) -> None:
+        """Waits until external writes may be sent, and counts ``count`` of them as in flight.
+
+        The ``count`` writes are let in together or not at all (a cut never waits for writes
+        that their sender has yet to send).
 
         Raises:
             IntakeClosed: If the run no longer takes external writes.
@@ -133,7 +136,7 @@ class Inbox:
                 self._cond.wait(left)
             if self._closed:
                 raise IntakeClosed(f"the run is {self.state}: it takes no more experience")
-            self._active += 1
+            self._active += count
 
     def acknowledged(self, receipt: ExternalReceipt | None, counted: Future | None = None) -> None:
         """Ends an in-flight write; a receipt (None: the write failed) awaits the driver.

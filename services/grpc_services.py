@@ -7,17 +7,13 @@ call per batch, a few in flight per stream), weights come from the object store.
 
 from __future__ import annotations
 
-import collections
 import concurrent.futures
-import dataclasses
 import logging
 import threading
 
 import grpc
 import ray
 
-from replay.client import ReplayClient
-from replay.shm import SharedBatch, SharedBlocks
 from services.control import Inbox, IntakeClosed
 from services.external import (
     BatchError,
@@ -27,15 +23,13 @@ from services.external import (
     decode_batch,
     encode_state_dict,
 )
+from services.grpc_insert import InsertStream, Pending, ReplayRoute
 from services.proto.relayrl.v1 import relayrl_pb2 as pb
 from services.proto.relayrl.v1 import relayrl_pb2_grpc as pb_grpc
 
 logger = logging.getLogger(__name__)
 
 WEIGHTS_CHUNK_BYTES = 1 << 20
-# Batches from this size go through shared memory to shards on this node (smaller ones travel
-# inline in the Ray call, which is cheaper for them).
-SHARED_MIN_BYTES = 100 << 10
 # How long an RPC waits for the driver (a checkpoint cut, counting, a held write) at most.
 DRIVER_TIMEOUT_S = 600.0
 
@@ -118,19 +112,6 @@ class ControlServicer(pb_grpc.ControlServicer):
         return pb.StopReply(checkpoint=path, frames=self.inbox.status.get("collected_frames", 0))
 
 
-@dataclasses.dataclass
-class _Write:
-    """One batch of an Insert stream on its way to a shard and to the driver's count."""
-
-    acked: concurrent.futures.Future
-    counted: concurrent.futures.Future = dataclasses.field(
-        default_factory=concurrent.futures.Future
-    )
-    shared: SharedBatch | None = None
-    receipt: ExternalReceipt | None = None
-    error: BaseException | None = None
-
-
 class ExperienceServicer(pb_grpc.ExperienceServicer):
     """``Insert`` (transition batches into the sharded replay) and ``GetWeights``.
 
@@ -155,50 +136,33 @@ class ExperienceServicer(pb_grpc.ExperienceServicer):
         self.spec = spec
         self.max_bytes = max_bytes
         self.inflight_writes = inflight_writes
-        self.shared = SharedBlocks(max_bytes=shared_bytes) if shared_bytes else None
-        self._local: list[bool] = []
-        self._replay: ReplayClient | None = None
+        self.shared_bytes = shared_bytes
+        self._route: ReplayRoute | None = None
+        self._route_lock = threading.Lock()
         self._weights_lock = threading.Lock()
         self._encoded: tuple[tuple[int, int], list, bytes] | None = None
 
-    def _client(self) -> ReplayClient:
-        if self._replay is None:
-            if not self.inbox.shards:
-                raise IntakeClosed(f"the run is {self.inbox.state}: replay is not up yet")
-            shards = self.inbox.shards
-            if self.shared is not None:
-                here = ray.get_runtime_context().get_node_id()
-                nodes = ray.get([shard.node_id.remote() for shard in shards], timeout=60)
-                self._local = [node == here for node in nodes]
-            self._replay = ReplayClient(shards)
-        return self._replay
-
-    def _send(self, replay: ReplayClient, arrays: dict, writer: str, seq: int) -> _Write:
-        """Sends one write: through shared memory to a shard on this node, else by Ray."""
-        # A writer's batches take turns over the shards, so one external actor fills every
-        # shard; a retry of (writer, seq) meets the same shard (dedup).
-        index = (replay.shard_for(writer) + seq) % len(replay.shards)
-        shared = None
-        nbytes = sum(array.nbytes for array in arrays.values())
-        if self._local and self._local[index] and nbytes >= SHARED_MIN_BYTES:
-            shared = self.shared.put(arrays)
-        if shared is not None:
-            shard = replay.shards[index]
-            ref = shard.write_shared.remote(shared.path, shared.layout, writer, seq)
-        else:
-            ref = replay.write_async(arrays, writer, seq, shard=index)
-        return _Write(ref.future(), shared=shared)
+    def route(self) -> ReplayRoute:
+        """The run's shards (known once the run is set up)."""
+        with self._route_lock:
+            if self._route is None:
+                if not self.inbox.shards:
+                    raise IntakeClosed(f"the run is {self.inbox.state}: replay is not up yet")
+                self._route = ReplayRoute(self.inbox, self.shared_bytes)
+            return self._route
 
     def close(self) -> None:
         """Frees the shared-memory blocks."""
-        if self.shared is not None:
-            self.shared.close()
+        if self._route is not None:
+            self._route.close()
 
     def Insert(self, request_iterator, context):
         """Checks, stores and (through the driver) counts each batch; answers with receipts."""
-        writes: list[_Write] = []
-        window: collections.deque[_Write] = collections.deque()
+        stream = None
         try:
+            stream = InsertStream(
+                self.route(), self.inbox, window=self.inflight_writes, timeout=_remaining(context)
+            )
             for request in request_iterator:
                 writer = check_writer(request.writer_id, request.seq)
                 arrays = decode_batch(request.tensors, self.spec, max_bytes=self.max_bytes)
@@ -207,27 +171,22 @@ class ExperienceServicer(pb_grpc.ExperienceServicer):
                         "episode_lengths: one length per episode return, got "
                         f"{len(request.episode_lengths)} for {len(request.episode_returns)}"
                     )
-                while len(window) >= self.inflight_writes:
-                    concurrent.futures.wait([window.popleft().acked])
-                replay = self._client()
-                self.inbox.begin_write(timeout=_remaining(context))
-                try:
-                    write = self._send(replay, arrays, writer, request.seq)
-                except BaseException:
-                    self.inbox.acknowledged(None)
-                    raise
-                meta = (request.writer_id, request.seq, request.episode_returns,
-                        request.episode_lengths)  # fmt: skip
-                write.acked.add_done_callback(lambda done, w=write, m=meta: self._acked(w, m))
-                writes.append(write)
-                window.append(write)
-            replies, counted, total = [], 0, 0
-            for write in writes:
-                total = write.counted.result(timeout=_remaining(context))
-                receipt = write.receipt
-                counted += receipt.frames
-                replies.append(_receipt_message(receipt))
-            return pb.InsertReply(receipts=replies, frames_counted=counted, total_frames=total)
+                stream.add(
+                    Pending(
+                        arrays,
+                        writer,
+                        request.seq,
+                        request.writer_id,
+                        tuple(request.episode_returns),
+                        tuple(request.episode_lengths),
+                    )
+                )
+            items = stream.finish()
+            return pb.InsertReply(
+                receipts=[_receipt_message(item.receipt) for item in items],
+                frames_counted=sum(item.receipt.frames for item in items),
+                total_frames=max((item.counted.result() for item in items), default=0),
+            )
         except BatchError as err:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(err))
         except IntakeClosed as err:
@@ -236,29 +195,9 @@ class ExperienceServicer(pb_grpc.ExperienceServicer):
             context.abort(grpc.StatusCode.DEADLINE_EXCEEDED, f"insert timed out: {err}")
         except ray.exceptions.RayError as err:
             context.abort(grpc.StatusCode.UNAVAILABLE, f"replay write failed: {err}")
-
-    def _acked(self, write: _Write, meta: tuple) -> None:
-        """Runs when a shard acknowledged (or failed) a write; hands the receipt to the driver."""
-        writer_id, seq, returns, lengths = meta
-        if write.shared is not None:
-            self.shared.release(write.shared.block)
-        try:
-            receipt = write.acked.result()
-        except BaseException as err:
-            write.error = err
-            write.counted.set_exception(err)
-            self.inbox.acknowledged(None)
-            return
-        fresh = not receipt.duplicate
-        write.receipt = ExternalReceipt(
-            writer_id=writer_id,
-            seq=seq,
-            frames=receipt.num_items if fresh else 0,
-            episode_returns=tuple(returns) if fresh else (),
-            episode_lengths=tuple(lengths) if fresh else (),
-            write=receipt,
-        )
-        self.inbox.acknowledged(write.receipt, write.counted)
+        finally:
+            if stream is not None:
+                stream.close()
 
     def GetWeights(self, request, context):
         """Streams the newest weights if newer than ``(generation, version)``."""

@@ -43,9 +43,9 @@ def test_shard_stores_a_shared_batch_once(ray_cluster):
         assert ray.get(shard.node_id.remote()) == ray.get_runtime_context().get_node_id()
         data = batch(16)
         shared = pool.put(data)
-        receipt = ray.get(shard.write_shared.remote(shared.path, shared.layout, "w", 0))
+        (receipt,) = ray.get(shard.write_shared_many.remote([(shared.path, shared.layout, "w", 0)]))
         assert receipt.num_items == 16 and not receipt.duplicate
-        retry = ray.get(shard.write_shared.remote(shared.path, shared.layout, "w", 0))
+        (retry,) = ray.get(shard.write_shared_many.remote([(shared.path, shared.layout, "w", 0)]))
         assert retry.duplicate and ray.get(shard.stats.remote())["size"] == 16
         pool.release(shared.block)
         pool.put(batch(16, seed=9))  # the block is rewritten: the shard kept its own copy
