@@ -192,7 +192,8 @@ class GrpcConfig:
             are refused with INVALID_ARGUMENT naming the key. gRPC's own message limit is twice
             this, so such a batch still reaches the check.
         max_workers: Threads serving RPCs (each open Insert stream holds one).
-        inflight_writes: Replay writes one Insert stream keeps in flight while it reads on.
+        inflight_writes: Shard calls one Insert stream keeps in flight while it reads on (each
+            carries the batches that arrived meanwhile).
         grace_s: Seconds in-flight RPCs get to finish when the server stops.
         shared_memory_mb: Batches over 100 KiB for shards on the driver's node go through a
             pool of shared-memory blocks in ``/dev/shm`` of at most this size instead of Ray's

@@ -112,6 +112,7 @@ class Inbox:
                 return future
             self._stops.append(reason)
             self._stop_waiters.append(future)
+        self._set_open(False)  # no external write is let in after a stop is accepted
         if self.state == "running":
             self._set_state("stopping")
         self._wake.set()

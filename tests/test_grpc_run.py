@@ -7,10 +7,12 @@ import re
 import subprocess
 import threading
 
+import grpc
 import pytest
 
 from services.grpc_client import RelayClient
 from tests.conftest import PYTHON, ROOT, cli_env
+from tests.grpc_probe import transitions
 from tests.test_observability import scrape, value
 
 TOKEN = "test-token"
@@ -185,6 +187,9 @@ def test_checkpoint_now_then_stop_with_a_final_checkpoint(served):
 
     assert client.stop(wait=False) == ""
     assert client.health() == "NOT_SERVING"  # from the moment the stop is accepted
+    with pytest.raises(grpc.RpcError) as refused:
+        client.insert([transitions(8)])
+    assert refused.value.code() == grpc.StatusCode.UNAVAILABLE
     code, summary = run.finish()
     assert code == 0, "".join(run.log[-30:])
     assert summary["stop_reason"] == "stop requested over gRPC"
