@@ -227,8 +227,9 @@ class Inbox:
         return controller.steps_target() - c.optim_steps <= ctrl.max_lag_steps
 
     def _set_open(self, value: bool) -> None:
-        if value != self._open:
-            with self._cond:
+        with self._cond:
+            value = value and not self._stops  # a stop accepted meanwhile keeps writes out
+            if value != self._open:
                 self._open = value
                 self._cond.notify_all()
 

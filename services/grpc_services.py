@@ -1,8 +1,9 @@
 """The servicers behind the driver's gRPC server: ``relayrl.v1.Control`` and ``Experience``.
 
 Both run on gRPC server threads and reach the driver only through its
-:class:`services.control.Inbox`; replay writes go from here straight to the shards (one Ray
-call per batch, a few in flight per stream), weights come from the object store.
+:class:`services.control.Inbox`; replay writes go from here straight to the shards
+(``services.grpc_insert``: coalesced shard calls, shared memory on the driver's node), weights
+come from the object store.
 """
 
 from __future__ import annotations
@@ -195,6 +196,8 @@ class ExperienceServicer(pb_grpc.ExperienceServicer):
             context.abort(grpc.StatusCode.DEADLINE_EXCEEDED, f"insert timed out: {err}")
         except ray.exceptions.RayError as err:
             context.abort(grpc.StatusCode.UNAVAILABLE, f"replay write failed: {err}")
+        except grpc.RpcError:  # the client went away; what it sent is still stored and counted
+            return None
         finally:
             if stream is not None:
                 stream.close()
