@@ -18,9 +18,11 @@ Layout:
       ``rundir``: the run directory (``config.yaml``, ``metrics.jsonl``); ``plot``:
       ``python -m services.plot RUN_DIR``.
     * ``train``: the CLI, ``python -m services.train`` (``--config``, ``--set``, ``--resume``).
-    * gRPC (``grpc.port``): ``proto/relayrl/v1`` (``relayrl.proto`` and its checked-in generated
-      modules); ``grpc_server``: the server (token auth, health, reflection, limits) and
-      ``grpc_services``: its ``Control`` and ``Experience`` servicers; ``control``: the
+    * gRPC (``grpc.port``): ``grpc_config``: the ``grpc`` config section;
+      ``proto/relayrl/v1``: ``relayrl.proto`` and its checked-in generated modules;
+      ``grpc_server``: the server (token auth, health, reflection, limits) and
+      ``grpc_services``: its ``Control`` and ``Experience`` servicers; ``grpc_insert``: the
+      replay side of inserts (routing, coalesced shard calls, shared memory); ``control``: the
       thread-safe :class:`~services.control.Inbox` through which they reach the driver loop
       (external receipts to count, checkpoint and stop requests, status); ``external``: the
       run's transition spec, batch checks and tensor codecs; ``grpc_client``:

@@ -28,9 +28,9 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from services.config import GrpcConfig
 from services.control import Inbox
 from services.external import TransitionSpec
+from services.grpc_config import GrpcConfig
 from services.grpc_services import ControlServicer, ExperienceServicer
 from services.proto.relayrl.v1 import relayrl_pb2 as pb
 from services.proto.relayrl.v1 import relayrl_pb2_grpc as pb_grpc

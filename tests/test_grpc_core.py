@@ -13,7 +13,7 @@ from grpc_reflection.v1alpha.proto_reflection_descriptor_database import (
 from collector.env import make_vector_env
 from collector.policy import ModelSpec
 from collector.rollout import RolloutWorker
-from services.config import ConfigError, GrpcConfig, load_config
+from services.config import ConfigError, load_config
 from services.control import Inbox
 from services.external import (
     BatchError,
@@ -25,6 +25,7 @@ from services.external import (
     env_transition_spec,
 )
 from services.grpc_client import RelayClient
+from services.grpc_config import GrpcConfig
 from services.grpc_server import GrpcServer, redacted_config
 from services.proto.relayrl.v1 import relayrl_pb2 as pb
 from tests.conftest import run_cli

@@ -29,9 +29,10 @@ import gymnasium as gym
 import numpy as np
 import ray
 
-from services.config import GrpcConfig, load_config
+from services.config import load_config
 from services.controller import Controller
 from services.external import encode_arrays, transition_spec
+from services.grpc_config import GrpcConfig
 
 logger = logging.getLogger("relayrl.bench.grpc")
 
