@@ -73,30 +73,28 @@ def run(args: argparse.Namespace) -> dict:
     stopped_by = "frames"
     started = time.perf_counter()
     while inserted < args.frames:
-        if batches % args.weights_every == 0:
-            weights = client.get_weights(*held)
-            if weights is not None:
-                network.load_state_dict(weights.state_dict)
-                held = weights.key
-                fetches += 1
-            status = client.status()
-        steps = max(1, args.batch_frames // args.envs)
-        batch = worker.rollout(steps, status.epsilon, held[1])
-        if batch.frames == 0:
-            continue
         try:
-            reply = client.insert(
-                [
-                    client.batch(
-                        batch.transitions,
-                        episode_returns=batch.episode_returns,
-                        episode_lengths=batch.episode_lengths,
-                    )
-                ]
+            if batches % args.weights_every == 0:
+                weights = client.get_weights(*held)
+                if weights is not None:
+                    network.load_state_dict(weights.state_dict)
+                    held = weights.key
+                    fetches += 1
+                status = client.status()
+                if batches:
+                    logger.info("inserted %d frames; weights version %d", inserted, held[1])
+            batch = worker.rollout(max(1, args.batch_frames // args.envs), status.epsilon, held[1])
+            if batch.frames == 0:
+                continue
+            request = client.batch(
+                batch.transitions,
+                episode_returns=batch.episode_returns,
+                episode_lengths=batch.episode_lengths,
             )
+            reply = client.insert([request])
         except grpc.RpcError as err:
             if err.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED):
-                stopped_by = f"run: {err.details()}"
+                stopped_by = f"run: {err.details()}"  # the run stopped or went away
                 break
             raise
         inserted += reply.frames_counted

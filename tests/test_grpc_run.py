@@ -173,29 +173,48 @@ def test_bad_inputs_are_refused_and_nothing_is_stored(served):
     assert out["replay_after_good"] == out["replay_before"] + 64
 
 
-def test_checkpoint_now_then_stop_with_a_final_checkpoint(served):
+def consistent_cut(path: str) -> int:
+    """Checks a checkpoint's counters against its replay files; returns its frames."""
+    counters = json.loads((ROOT / path / "manifest.json").read_text())["counters"]
+    tables = [json.loads(p.read_text()) for p in (ROOT / path).glob("replay-*/table.json")]
+    assert len(tables) == counters["replay_shards"] == 2
+    assert sum(t["write_count"] for t in tables) == counters["transitions"]
+    assert counters["transitions"] == counters["collected_frames"] == counters["external_frames"]
+    return counters["collected_frames"]
+
+
+def test_checkpoint_and_stop_while_an_actor_inserts(served):
     run = served["run"]
     client = run.client
-    path = client.checkpoint()
-    status = client.status()
-    assert status.last_checkpoint == path
-    manifest = json.loads((ROOT / path / "manifest.json").read_text())
-    assert manifest["counters"]["collected_frames"] == status.frames
-    assert manifest["counters"]["transitions"] == sum(s.size for s in status.replay)
-    served["checkpoint"] = path
-    served["frames"] = status.frames
+    actor = subprocess.Popen(
+        [PYTHON, "-m", "services.external_actor", "--address", run.address, "--token", TOKEN,
+         "--frames", "10000000", "--batch-frames", "128"],
+        cwd=ROOT, env=cli_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        for line in actor.stderr:  # the cut comes while the actor keeps inserting
+            if "inserted" in line:
+                break
+        path = client.checkpoint()
+        assert client.status().last_checkpoint == path
+        served["checkpoint"] = path
+        served["frames"] = consistent_cut(path)
 
-    assert client.stop(wait=False) == ""
-    assert client.health() == "NOT_SERVING"  # from the moment the stop is accepted
-    with pytest.raises(grpc.RpcError) as refused:
-        client.insert([transitions(8)])
-    assert refused.value.code() == grpc.StatusCode.UNAVAILABLE
-    code, summary = run.finish()
+        assert client.stop(wait=False) == ""
+        assert client.health() == "NOT_SERVING"  # from the moment the stop is accepted
+        with pytest.raises(grpc.RpcError) as refused:
+            client.insert([transitions(8)])
+        assert refused.value.code() == grpc.StatusCode.UNAVAILABLE
+        code, summary = run.finish()
+        out, err = actor.communicate(timeout=120)
+    finally:
+        actor.kill()
     assert code == 0, "".join(run.log[-30:])
+    assert actor.returncode == 0, err[-3000:]
+    assert json.loads(out.splitlines()[-1])["stopped_by"].startswith("run:")
     assert summary["stop_reason"] == "stop requested over gRPC"
     assert summary["checkpoint"] and summary["checkpoint"] != path
-    assert (ROOT / summary["checkpoint"] / "manifest.json").is_file()
-    assert summary["frames"] == status.frames
+    assert consistent_cut(summary["checkpoint"]) == summary["frames"] >= served["frames"]
     assert summary["optim_steps"] > 0 and summary["model_version"] == summary["optim_steps"]
 
 
