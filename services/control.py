@@ -34,6 +34,9 @@ from services.external import ExternalReceipt
 logger = logging.getLogger(__name__)
 
 STATES = ("starting", "running", "stopping", "stopped")
+# While external writes stream in, the driver is woken to count them at most this often; a
+# stream waiting for its answer (see Inbox.expedite) has each acknowledgement counted at once.
+WAKE_INTERVAL_S = 0.01
 
 
 class IntakeClosed(RuntimeError):
@@ -57,6 +60,8 @@ class Inbox:
         self._stops: list[str] = []
         self._stop_waiters: list[Future] = []
         self._active = 0  # external writes sent and not yet acknowledged
+        self._urgent = 0  # streams waiting for their writes to be counted
+        self._last_wake = 0.0
         self._held = False  # a checkpoint cut holds new writes
         self._open = False  # the driver lets external writes in (budget, lag, stop)
         self._closed = False
@@ -149,7 +154,24 @@ class Inbox:
             if receipt is not None:
                 self._receipts.append((receipt, counted or Future()))
             self._cond.notify_all()
+            now = time.monotonic()
+            wake = self._urgent > 0 or now - self._last_wake >= WAKE_INTERVAL_S
+            if wake:
+                self._last_wake = now
+        if wake:
+            self._wake.set()
+
+    @contextlib.contextmanager
+    def expedite(self) -> Iterator[None]:
+        """While a stream waits for its answer, its acknowledgements are counted at once."""
+        with self._cond:
+            self._urgent += 1
         self._wake.set()
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._urgent -= 1
 
     # -- the driver's side -------------------------------------------------------------------
     def poll(self, controller) -> None:

@@ -180,8 +180,9 @@ class InsertStream:
         self._thread.join(self.timeout)
         if self.error is not None:
             raise self.error
-        for item in self.items:
-            item.counted.result(timeout=self.timeout)
+        with self.inbox.expedite():
+            for item in self.items:
+                item.counted.result(timeout=self.timeout)
         return self.items
 
     def close(self) -> None:
