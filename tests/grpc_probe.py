@@ -1,7 +1,7 @@
 """A gRPC client run as a separate process by tests/test_grpc_run.py; prints one JSON line.
 
 python tests/grpc_probe.py MODE ADDRESS TOKEN
-  insert   two batches on one stream, then the first one again (a retry)
+  insert   two batches on one stream, then both again (a retry)
   weights  weights newer than (-1, -1), loaded into the run's network, which then acts
   bad      each bad input alone, and the replay sizes around them
 """
@@ -41,8 +41,9 @@ def insert(client: RelayClient) -> dict:
     before = client.status()
     first = client.batch(transitions(300, 1), episode_returns=[12.0], episode_lengths=[12])
     # 2,000 CartPole items (116 KB) go through shared memory, 300 by Ray (see replay.shm).
-    reply = client.insert([first, transitions(2000, 2)])
-    retry = client.insert([first])
+    second = client.batch(transitions(2000, 2))
+    reply = client.insert([first, second])
+    retry = client.insert([first, second])  # both acknowledged again, neither stored twice
     after = client.status()
     return {
         "frames_before": before.frames,

@@ -138,7 +138,7 @@ def test_inserts_are_stored_counted_and_retries_acknowledged(served):
     assert out["external_after"] == out["frames_after"]
     assert out["replay_after"] - out["replay_before"] == 2300
     assert out["total"] == out["frames_after"]
-    assert out["retry_counted"] == 0 and out["retry_duplicate"] == [True]
+    assert out["retry_counted"] == 0 and out["retry_duplicate"] == [True, True]
 
 
 def test_weights_newer_than_a_version_load_into_a_policy_that_acts(served):
