@@ -6,14 +6,15 @@ import json
 import re
 import subprocess
 import threading
+import urllib.request
 
 import grpc
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from services.grpc_client import RelayClient
 from tests.conftest import PYTHON, ROOT, cli_env
 from tests.grpc_probe import transitions
-from tests.test_observability import scrape, value
 
 TOKEN = "test-token"
 ADDRESS = re.compile(r"gRPC server at (127\.0\.0\.1:\d+)")
@@ -36,6 +37,18 @@ RUN_ARGS = (
     "--set",
     "checkpoint.keep=10",
 )
+
+
+def scraped(port: int, name: str, **labels: str) -> float:
+    """The sum of ``name``'s samples with ``labels`` in one scrape of the run's /metrics."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
+        text = response.read().decode()
+    return sum(
+        sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+        if sample.name == name and all(sample.labels.get(k) == v for k, v in labels.items())
+    )
 
 
 class Run:
@@ -125,9 +138,9 @@ def test_external_actor_feeds_a_run_without_collectors(served):
     sizes = [shard.size for shard in status.replay]
     assert sum(sizes) == actor["frames"] and min(sizes) > 0  # one writer fills every shard
     port = next(int(m.group(1)) for line in run.log if (m := METRICS.search(line)))
-    samples = scrape(port)
-    assert value(samples, "relayrl_frames_total", source="external") == actor["frames"]
-    assert value(samples, "relayrl_transitions_total", source="external") == actor["frames"]
+    assert scraped(port, "relayrl_frames_total", source="external") == actor["frames"]
+    assert scraped(port, "relayrl_transitions_total", source="external") == actor["frames"]
+    assert scraped(port, "relayrl_frames_total", source="collector") == 0
 
 
 def test_inserts_are_stored_counted_and_retries_acknowledged(served):
