@@ -15,7 +15,8 @@ class CollectorConfig:
     Attributes:
         env_id: Gymnasium environment id, or ``package.module:function`` returning one env.
         env_kwargs: Keyword arguments for ``gymnasium.make`` or the factory.
-        num_collectors: Collector actors.
+        num_collectors: Collector actors (0: experience comes only from external actors over
+            gRPC, which needs ``grpc.port``).
         envs_per_collector: Sub-environments per collector (one vector env).
         vector_mode: ``sync`` (in-process) or ``async`` (subprocess per env).
         rollout_frames: Frames asked of one rollout call; a multiple of ``envs_per_collector``.
@@ -66,7 +67,12 @@ class CollectorConfig:
                 "must be a gymnasium id or module:function",
                 self.env_id,
             ),
-            (self.num_collectors >= 1, "num_collectors", "must be >= 1", self.num_collectors),
+            (
+                self.num_collectors >= 0,
+                "num_collectors",
+                "must be >= 0 (0: external actors over gRPC only)",
+                self.num_collectors,
+            ),
             (
                 self.envs_per_collector >= 1,
                 "envs_per_collector",

@@ -12,6 +12,9 @@ Layout:
     * ``checkpoint`` / ``npyio``: a table's dump and load (raw ``.npy`` + JSON, CRC-checked,
       no pickle).
     * ``shard``: the ``ReplayShard`` Ray actor, named ``<run>.replay-<i>`` in namespace ``relayrl``.
+    * ``shm``: large writes from a writer on the shard's node through a pool of shared-memory
+      blocks (``ReplayShard.write_shared_many``) instead of the object store (the driver's gRPC
+      inserts use it).
     * ``sharding`` / ``client``: :class:`ReplayClient`, which routes writes by writer, splits each
       sample across shards, fetches the parts concurrently, prefetches, and routes priority updates.
 

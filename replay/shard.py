@@ -13,6 +13,7 @@ import ray
 
 from replay.config import ReplayConfig
 from replay.receipts import WriteReceipt
+from replay.shm import BlockViews, Layout, view_batch
 from replay.storage import Batch
 from replay.table import ReplayTable
 
@@ -50,6 +51,7 @@ class ReplayShard:
     ) -> None:
         self.shard_id = shard_id
         self.mmap_root = None if mmap_dir is None else Path(mmap_dir)
+        self.shared_views = BlockViews()
         self.table = ReplayTable(
             capacity,
             shard_id=shard_id,
@@ -68,6 +70,25 @@ class ReplayShard:
     def write(self, batch: Batch, writer_id: str, seq: int) -> WriteReceipt:
         """Stores a batch; see :meth:`ReplayTable.write`."""
         return self.table.write(batch, writer_id, seq)
+
+    def write_many(self, writes: list[tuple[Batch, str, int]]) -> list[WriteReceipt]:
+        """Stores ``(batch, writer_id, seq)`` writes in order (one call for several)."""
+        return [self.table.write(batch, writer_id, seq) for batch, writer_id, seq in writes]
+
+    def write_shared_many(self, writes: list[tuple[str, Layout, str, int]]) -> list[WriteReceipt]:
+        """Stores ``(path, layout, writer_id, seq)`` batches placed in shared memory, in order.
+
+        The writer runs on this shard's node (see ``replay.shm``); each batch is copied into the
+        table, so the writer may reuse its block once this call returns.
+        """
+        return [
+            self.table.write(view_batch(self.shared_views, path, layout), writer_id, seq)
+            for path, layout, writer_id, seq in writes
+        ]
+
+    def node_id(self) -> str:
+        """The Ray node this shard runs on (writers on the same node may use shared memory)."""
+        return ray.get_runtime_context().get_node_id()
 
     def sample(
         self, batch_size: int, updates: Updates | None = None

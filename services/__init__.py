@@ -36,8 +36,19 @@ Layout:
     * ``sweep``: ``python -m services.sweep --seeds 0,1,2 [--grid KEY=V1,V2]``, concurrent runs
       on one cluster; ``sweep_report``: its tables and its return-vs-frames plot across seeds.
     * ``checkpoint_bench``: ``python -m services.checkpoint_bench``; ``bench``:
-      ``python -m services.bench solve`` (time to solve from process start, per algorithm).
+      ``python -m services.bench solve`` (time to solve from process start, per algorithm) and
+      ``python -m services.bench grpc`` (external insert throughput against a raw gRPC stream).
     * ``clock``: this process's start time (start-up and time-to-solve figures).
+    * gRPC (``grpc.port``): ``grpc_config``: the ``grpc`` config section;
+      ``proto/relayrl/v1``: ``relayrl.proto`` and its checked-in generated modules;
+      ``grpc_server``: the server (token auth, health, reflection, limits) and
+      ``grpc_services``: its ``Control`` and ``Experience`` servicers; ``grpc_insert``: the
+      replay side of inserts (routing, coalesced shard calls, shared memory); ``control``: the
+      thread-safe :class:`~services.control.Inbox` through which they reach the driver loop
+      (external receipts to count, checkpoint and stop requests, status); ``external``: the
+      run's transition spec, batch checks and tensor codecs; ``grpc_client``:
+      :class:`~services.grpc_client.RelayClient`; ``external_actor``: an example actor outside
+      Ray, ``python -m services.external_actor``.
 
 Nothing outside ``services`` imports it.
 """

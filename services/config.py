@@ -22,6 +22,7 @@ import yaml
 from collector.config import CollectorConfig
 from learner.config import LearnerConfig
 from replay.config import ReplayConfig
+from services.grpc_config import GrpcConfig
 
 
 class ConfigError(ValueError):
@@ -193,8 +194,14 @@ class RunConfig:
     controller: ControllerConfig = dataclasses.field(default_factory=ControllerConfig)
     checkpoint: CheckpointConfig = dataclasses.field(default_factory=CheckpointConfig)
     metrics: MetricsConfig = dataclasses.field(default_factory=MetricsConfig)
+    grpc: GrpcConfig = dataclasses.field(default_factory=GrpcConfig)
 
     def __post_init__(self) -> None:
+        if self.collector.num_collectors == 0 and not self.grpc.enabled:
+            raise ValueError(
+                "collector.num_collectors: 0 needs external actors, so grpc.port must be set, "
+                "got 0 with grpc.port=null"
+            )
         if self.replay.sampler == "prioritized" and not self.learner.update_priorities:
             raise ValueError(
                 "learner.update_priorities: must be true with replay.sampler=prioritized, got False"

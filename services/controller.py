@@ -37,6 +37,7 @@ from services.checkpointing import (
     save_cut,
 )
 from services.config import RunConfig
+from services.control import Inbox  # gRPC
 from services.early_stop import EarlyStopping
 from services.loops import LOOPS
 from services.placement import release_services, reserve_services
@@ -47,7 +48,7 @@ from services.stats import EpisodeWindow, RateMeter, RunCounters
 logger = logging.getLogger(__name__)
 
 Hook = Callable[..., None]
-EVENTS = ("setup", "rollout", "round", "progress", "checkpoint", "shutdown")
+EVENTS = ("setup", "rollout", "external", "round", "progress", "checkpoint", "shutdown")
 
 
 class Controller:
@@ -111,12 +112,14 @@ class Controller:
         self.rates = RateMeter()
         self.next_progress = 0.0
         self.first_rollout_at: float | None = None  # Unix time of the first counted receipt
+        self.inbox = Inbox()  # gRPC: requests from server threads, served at loop boundaries
 
     # -- hooks -------------------------------------------------------------------------------
     def register(self, event: str, hook: Hook) -> None:
         """Calls ``hook(controller, *args)`` at a loop boundary.
 
-        Events: ``setup``; ``rollout`` (receipt); ``round`` (step receipt); ``progress``
+        Events: ``setup``; ``rollout`` (receipt); ``external`` (an external actor's
+        ``ExternalReceipt``, gRPC); ``round`` (step receipt); ``progress``
         (snapshot dict); ``checkpoint`` (path, seconds); ``shutdown``.
         """
         if event not in self.hooks:
@@ -206,7 +209,8 @@ class Controller:
         """Cuts a consistent checkpoint now (None when checkpoints are off)."""
         if self.checkpoints is None:
             return None
-        return save_cut(self, self.checkpoints)
+        with self.inbox.barrier(self):  # gRPC: external writes held and counted for the cut
+            return save_cut(self, self.checkpoints)
 
     def shutdown(self) -> None:
         """Stops every actor this controller started (idempotent)."""
@@ -252,6 +256,15 @@ class Controller:
         """Exploration parameters for the next rollout (the algorithm's schedule)."""
         return self.algorithm.exploration(self.config, self.counters.collected_frames)
 
+    def epsilon(self) -> float:
+        """The epsilon external epsilon-greedy actors act with (gRPC status)."""
+        return float(self.exploration().get("epsilon", 0.0))
+
+    def steps_target(self) -> int:
+        """Optimizer steps owed by UTD pacing (0 for loops that do not pace by frames)."""
+        target = getattr(self.loop, "steps_target", None)
+        return target() if target is not None else 0
+
     def _on_rollout(self, ref: ray.ObjectRef) -> None:
         index = self.inflight.pop(ref)
         try:
@@ -294,6 +307,17 @@ class Controller:
         self.last_learner_metrics = receipt.metrics
         self._check_early_stop({"learner": receipt.metrics})
         self.emit("round", receipt)
+
+    def count_external(self, receipt) -> None:
+        """Counts an external actor's stored batch (gRPC) exactly like a rollout's frames."""
+        c = self.counters
+        c.collected_frames += receipt.frames * self.config.collector.frame_skip
+        c.transitions += receipt.frames
+        c.external_frames += receipt.frames * self.config.collector.frame_skip
+        c.episodes += len(receipt.episode_returns)
+        self.episodes.extend(receipt.episode_returns, receipt.episode_lengths)
+        report.update_milestones(self)
+        self.emit("external", receipt)
 
     def accept_weights(self, weights: PublishedWeights, *, force: bool = False) -> None:
         """Keeps ``weights`` if newer by (generation, version), or always with ``force``."""

@@ -21,6 +21,7 @@ from pathlib import Path
 
 from services.config import RunConfig
 from services.controller import Controller
+from services.grpc_server import serve_run
 from services.metrics import MetricsExporter
 from services.rundir import RunLog, resolve_run_dir, write_summary
 from services.tensorboard import TensorBoardLogger
@@ -114,4 +115,7 @@ def prepare_run(
         controller.register("progress", tensorboard)
         closers.append(tensorboard.close)
     controller.register("progress", lambda _, snapshot: run_log.write(snapshot))
+    server = serve_run(config, controller)  # None unless grpc.port is set; OSError: port taken
+    if server is not None:
+        closers.append(server.stop)  # health NOT_SERVING, in-flight calls get grpc.grace_s
     return Run(config, run_id, run_dir, controller, exporter, closers)

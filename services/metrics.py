@@ -28,8 +28,13 @@ LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
 
 # name (without prefix), type, labels, help
 METRICS: tuple[tuple[str, str, tuple[str, ...], str], ...] = (
-    ("frames_total", "counter", (), "Frames collected, counted from rollout receipts."),
-    ("transitions_total", "counter", (), "Transitions written to replay."),
+    (
+        "frames_total",
+        "counter",
+        ("source",),
+        "Frames collected, counted from receipts (source: collector or external).",
+    ),
+    ("transitions_total", "counter", ("source",), "Transitions written to replay."),
     ("optim_steps_total", "counter", (), "Optimizer steps done by the learner group."),
     ("rollouts_total", "counter", ("collector",), "Counted rollout receipts per collector."),
     (
@@ -160,6 +165,7 @@ class MetricsExporter:
     def attach(self, controller) -> None:
         """Registers the hooks that keep the metrics current."""
         controller.register("rollout", self.on_rollout)
+        controller.register("external", self.on_external)
         controller.register("round", self.on_round)
         controller.register("progress", self.on_progress)
         controller.register("checkpoint", self.on_checkpoint)
@@ -167,14 +173,25 @@ class MetricsExporter:
     def on_rollout(self, controller, receipt) -> None:
         """Counts one rollout receipt."""
         m = self.m
-        m("frames_total").inc(receipt.frames * controller.config.collector.frame_skip)
-        m("transitions_total").inc(receipt.frames)
+        m("frames_total", source="collector").inc(
+            receipt.frames * controller.config.collector.frame_skip
+        )
+        m("transitions_total", source="collector").inc(receipt.frames)
         m("rollouts_total", collector=str(receipt.collector_id)).inc()
         m("episodes_total").inc(len(receipt.episode_returns))
         m("rollout_latency_seconds").observe(receipt.rollout_s + receipt.write_s)
         if receipt.policy_version >= 0:
             lag = controller.counters.model_version - receipt.policy_version
             m("policy_lag_versions").observe(max(lag, 0))
+
+    def on_external(self, controller, receipt) -> None:
+        """Counts one external actor's batch (gRPC), like a rollout's frames."""
+        m = self.m
+        m("frames_total", source="external").inc(
+            receipt.frames * controller.config.collector.frame_skip
+        )
+        m("transitions_total", source="external").inc(receipt.frames)
+        m("episodes_total").inc(len(receipt.episode_returns))
 
     def on_round(self, controller, receipt) -> None:
         """Counts one learner round."""

@@ -23,6 +23,7 @@ class RunCounters:
         rounds: Finished learner rounds.
         episodes: Finished episodes.
         collector_failures: Rollouts lost to dead collectors (not counted).
+        external_frames: Frames of ``collected_frames`` written by external actors (gRPC).
     """
 
     collected_frames: int = 0
@@ -35,6 +36,7 @@ class RunCounters:
     rounds: int = 0
     episodes: int = 0
     collector_failures: int = 0
+    external_frames: int = 0
 
 
 class EpisodeWindow:

@@ -144,6 +144,9 @@ def main(argv: list[str] | None = None) -> int:
     except PlacementError as err:
         print(f"relayrl: {err}", file=sys.stderr)
         return 1
+    except OSError as err:  # the gRPC server could not bind its port
+        print(f"relayrl: {err}", file=sys.stderr)
+        return 2
     finally:
         progress.close()
         ray.shutdown()

@@ -3,4 +3,6 @@
 Subcommands (each prints progress to stderr and one JSON object as its last line of stdout):
     * ``solve``: seconds and frames from process start until each algorithm solves its task,
       over seeds (:mod:`services.bench.solve`).
+    * ``grpc``: external insert throughput over gRPC against a raw gRPC stream of the same
+      bytes (:mod:`services.bench.grpc`).
 """

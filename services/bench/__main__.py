@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib
 import sys
 
-SUBCOMMANDS = ("solve",)
+SUBCOMMANDS = ("grpc", "solve")
 
 
 def main(argv: list[str]) -> int:

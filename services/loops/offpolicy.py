@@ -7,7 +7,9 @@
    in flight so that optimizer steps track ``utd_ratio * (frames - init_random_frames)``;
 3. stop at ``total_frames`` (after the owed learner steps) or on a stop request.
 
-Receipts are counted by the controller (``Controller.wait_and_process``).
+Receipts are counted by the controller (``Controller.wait_and_process``); frames written by
+external actors over gRPC are counted at each boundary (``Controller.inbox``), and a run fed
+by external actors alone waits for them until the budget or a stop.
 """
 
 from __future__ import annotations
@@ -77,11 +79,12 @@ class OffPolicyLoop:
         interval = self.config.controller.log_interval_s
         next_progress = time.perf_counter() + interval
         while True:
+            c.inbox.poll(c)  # external writes counted, gRPC checkpoint and stop requests served
             c.maybe_checkpoint()
             self._issue_rollouts()
             self._maybe_start_round()
-            if not c.wait_and_process(interval):
-                break  # nothing in flight and nothing owed: budget reached or stop requested
+            if not c.wait_and_process(interval) and not c.inbox.wait(c, interval):
+                break  # nothing in flight, owed or expected: budget reached or stop requested
             if time.perf_counter() >= next_progress:
                 c.progress()
                 next_progress = time.perf_counter() + interval

@@ -14,7 +14,9 @@ must be 0 (anything else is a protocol breach and stops the run). A checkpoint i
 iterations, when nothing is in flight and the tables are empty, so a resumed run continues with
 the next iteration, its iteration count and the learners' LR schedule intact. A collector lost
 mid-iteration (restarted by Ray) voids that iteration's batch: the tables are cleared and the
-iteration is collected again; frames already counted stay counted.
+iteration is collected again; frames already counted stay counted. External actors (gRPC)
+cannot take part in lockstep: an on-policy run serves gRPC status, checkpoint and stop, and
+refuses inserted experience.
 """
 
 from __future__ import annotations
@@ -81,7 +83,10 @@ class OnPolicyLoop:
         """Iterates until the frame budget is collected or a stop is requested."""
         c = self.controller
         ctrl = self.config.controller
-        while not c.stop_requested and c.counters.collected_frames < ctrl.total_frames:
+        while True:
+            c.inbox.poll(c)  # gRPC checkpoint and stop requests, served between iterations
+            if c.stop_requested or c.counters.collected_frames >= ctrl.total_frames:
+                break
             c.maybe_checkpoint()
             transitions = self._collect()
             if transitions is None:

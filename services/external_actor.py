@@ -1,0 +1,128 @@
+"""``python -m services.external_actor``: an example actor outside Ray, fed over gRPC.
+
+A plain process (not a Ray worker) that runs a gymnasium vector env with the run's policy:
+it reads the run's env, n-step and network settings from ``GetStatus``, fetches weights newer
+than the ones it holds, acts epsilon-greedily with the run's current epsilon, builds the same
+n-step transitions as a collector (:class:`collector.rollout.RolloutWorker`, a pure core) and
+inserts them. It stops after ``--frames`` or when the run stops taking experience, and prints a
+JSON summary as its last line.
+
+Examples:
+    python -m services.external_actor --address 127.0.0.1:50051 --token s3cret --frames 20000
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+import time
+
+import grpc
+import numpy as np
+import torch
+
+from collector.env import env_seeds, make_vector_env
+from collector.policy import ModelSpec
+from collector.rollout import RolloutWorker
+from services.grpc_client import RelayClient
+
+logger = logging.getLogger("relayrl.external_actor")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The example's arguments."""
+    parser = argparse.ArgumentParser(prog="python -m services.external_actor")
+    parser.add_argument("--address", required=True, help="host:port of the run's gRPC server")
+    parser.add_argument("--token", default=None, help="the run's grpc.token")
+    parser.add_argument("--frames", type=int, default=10_000, help="transitions to insert")
+    parser.add_argument("--envs", type=int, default=8, help="sub-environments")
+    parser.add_argument("--batch-frames", type=int, default=512, help="frames per inserted batch")
+    parser.add_argument("--weights-every", type=int, default=4, help="batches between fetches")
+    parser.add_argument("--seed", type=int, default=1234)
+    parser.add_argument("--writer-id", default=None)
+    return parser
+
+
+def run(args: argparse.Namespace) -> dict:
+    """Acts and inserts until ``args.frames`` or the run stops; returns a summary."""
+    torch.set_num_threads(1)
+    client = RelayClient(args.address, token=args.token, writer_id=args.writer_id)
+    status = client.status()
+    config = json.loads(status.config_json)
+    collector = config["collector"]
+    envs = make_vector_env(collector["env_id"], args.envs, env_kwargs=collector["env_kwargs"])
+    spec = ModelSpec(
+        int(np.prod(envs.single_observation_space.shape)),
+        int(envs.single_action_space.n),
+        tuple(config["learner"]["hidden_sizes"]),
+    )
+    network = spec.build().eval()
+    policy = spec.make_policy(network, np.random.SeedSequence(args.seed))
+    worker = RolloutWorker(
+        envs,
+        policy,
+        env_seeds(args.seed, 0, args.envs),
+        n_step=collector["n_step"],
+        gamma=collector["gamma"],
+    )
+    held = (-1, -1)
+    inserted = batches = fetches = 0
+    returns: list[float] = []
+    stopped_by = "frames"
+    started = time.perf_counter()
+    while inserted < args.frames:
+        try:
+            if batches % args.weights_every == 0:
+                weights = client.get_weights(*held)
+                if weights is not None:
+                    network.load_state_dict(weights.state_dict)
+                    held = weights.key
+                    fetches += 1
+                status = client.status()
+                if batches:
+                    logger.info("inserted %d frames; weights version %d", inserted, held[1])
+            batch = worker.rollout(max(1, args.batch_frames // args.envs), status.epsilon, held[1])
+            if batch.frames == 0:
+                continue
+            request = client.batch(
+                batch.transitions,
+                episode_returns=batch.episode_returns,
+                episode_lengths=batch.episode_lengths,
+            )
+            reply = client.insert([request])
+        except grpc.RpcError as err:
+            if err.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED):
+                stopped_by = f"run: {err.details()}"  # the run stopped or went away
+                break
+            raise
+        inserted += reply.frames_counted
+        batches += 1
+        returns.extend(batch.episode_returns)
+    envs.close()
+    client.close()
+    wall = time.perf_counter() - started
+    return {
+        "frames": inserted,
+        "batches": batches,
+        "weight_fetches": fetches,
+        "weights_generation": held[0],
+        "weights_version": held[1],
+        "episodes": len(returns),
+        "episode_return_mean": float(np.mean(returns[-20:])) if returns else None,
+        "frames_per_s": round(inserted / max(wall, 1e-9), 1),
+        "stopped_by": stopped_by,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Runs the example; prints the JSON summary as the last line."""
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    summary = run(build_parser().parse_args(argv))
+    print(json.dumps(summary), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

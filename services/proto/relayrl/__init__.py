@@ -1,0 +1,1 @@
+"""The ``relayrl`` protobuf package."""
