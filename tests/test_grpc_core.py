@@ -38,7 +38,7 @@ def collector_batch(n_step: int = 3) -> dict[str, np.ndarray]:
     spec = ModelSpec(4, 2)
     policy = spec.make_policy(spec.build(), np.random.SeedSequence(0))
     worker = RolloutWorker(make_vector_env("CartPole-v1", 2), policy, [1, 2], n_step=n_step)
-    return worker.rollout(num_steps=40, epsilon=0.5, policy_version=3).transitions
+    return worker.rollout(num_steps=40, explore=0.5, policy_version=3).transitions
 
 
 def tensors(arrays) -> list[pb.Tensor]:

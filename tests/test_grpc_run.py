@@ -18,7 +18,7 @@ from tests.grpc_probe import transitions
 
 TOKEN = "test-token"
 ADDRESS = re.compile(r"gRPC server at (127\.0\.0\.1:\d+)")
-METRICS = re.compile(r"Prometheus metrics at http://127\.0\.0\.1:(\d+)/metrics")
+METRICS = re.compile(r"Prometheus metrics (?:of run \S+ )?at http://127\.0\.0\.1:(\d+)/metrics")
 RUN_ARGS = (
     "--set",
     "collector.num_collectors=0",
