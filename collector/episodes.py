@@ -57,3 +57,21 @@ class EpisodeTracker:
         self.episode_length = length_sum[-1] - length_base
         self.episodes += len(returns)
         return returns, lengths
+
+
+class CountsEpisodes:
+    """Mixin of the rollout workers: ``episodes`` finished so far, kept by ``episodes_tracker``.
+
+    The setter restores the count from a collector's checkpointed state.
+    """
+
+    episodes_tracker: EpisodeTracker
+
+    @property
+    def episodes(self) -> int:
+        """Episodes finished so far."""
+        return self.episodes_tracker.episodes
+
+    @episodes.setter
+    def episodes(self, value: int) -> None:
+        self.episodes_tracker.episodes = value

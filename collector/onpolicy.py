@@ -29,7 +29,7 @@ import torch
 
 from collector.advantages import gae, returns_to_go
 from collector.config import OnPolicyTransform
-from collector.episodes import EpisodeTracker
+from collector.episodes import CountsEpisodes, EpisodeTracker
 from collector.rollout import RolloutBatch
 
 # An env whose episode runs longer than this in an ``episodes`` rollout has no time limit.
@@ -38,7 +38,7 @@ MAX_EPISODE_STEPS = 100_000
 __all__ = ["MAX_EPISODE_STEPS", "OnPolicyTransform", "OnPolicyWorker"]
 
 
-class OnPolicyWorker:
+class OnPolicyWorker(CountsEpisodes):
     """Steps a ``SAME_STEP`` vector env with a stochastic actor-critic policy.
 
     Args:
@@ -71,15 +71,6 @@ class OnPolicyWorker:
         self.episodes_tracker = EpisodeTracker(self.num_envs)
         self.frames = 0
         self.reset(seeds)
-
-    @property
-    def episodes(self) -> int:
-        """Episodes finished so far."""
-        return self.episodes_tracker.episodes
-
-    @episodes.setter
-    def episodes(self, value: int) -> None:
-        self.episodes_tracker.episodes = value
 
     def reset(self, seeds: list[int]) -> None:
         """Starts fresh episodes from ``seeds``; partial episodes are dropped."""

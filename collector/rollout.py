@@ -20,7 +20,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from collector.episodes import EpisodeTracker
+from collector.episodes import CountsEpisodes, EpisodeTracker
 from collector.nstep import NStepBuffer
 
 
@@ -38,7 +38,7 @@ class RolloutBatch:
         return len(self.transitions["reward"])
 
 
-class RolloutWorker:
+class RolloutWorker(CountsEpisodes):
     """Steps a vector env and records transitions, continuing across rollouts.
 
     Args:
@@ -79,15 +79,6 @@ class RolloutWorker:
         self.episodes_tracker = EpisodeTracker(self.num_envs)
         self.frames = 0
         self.reset(seeds)
-
-    @property
-    def episodes(self) -> int:
-        """Episodes finished so far."""
-        return self.episodes_tracker.episodes
-
-    @episodes.setter
-    def episodes(self, value: int) -> None:
-        self.episodes_tracker.episodes = value
 
     def reset(self, seeds: list[int]) -> None:
         """Starts fresh episodes from ``seeds``; open n-step windows and partial episodes go."""
