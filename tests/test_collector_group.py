@@ -123,7 +123,7 @@ def test_state_dict_round_trip_restarts_fresh_episodes(pair):
     group.resume()
     plain = {k: v for k, v in state[0].items() if not isinstance(v, np.ndarray)}
     json.dumps(plain)  # counters and the exploration RNG are JSON-able
-    assert state[0]["seq"] >= 1 and state[0]["frames"] > 0 and state[0]["n_step"] == 3
+    assert state[0]["seq"] >= 1 and state[0]["frames"] > 0 and state[0]["transitions"] == "nstep-3"
     ray.get(group.rollout(0, 256, 1.0))
     replays = []
     for _ in range(2):
