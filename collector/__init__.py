@@ -51,7 +51,7 @@ the replay write in sequence order); the calling thread only waits for the write
 acknowledgement, while the stepper already steps the next rollout. Keeping every other Python
 thread of the process off the GIL during stepping is what makes collection nearly free: each
 time another thread takes the GIL, the stepping thread waits to get it back (see
-``collector.actor``). Writes of up to ``collector.group.INLINE_WRITE_BYTES`` (1 MiB) travel
+``collector.actor``). Writes of up to ``collector.config.INLINE_WRITE_BYTES`` (1 MiB) travel
 inline in the shard call instead of through the object store. **A ``RolloutReceipt`` is
 returned only after its replay write is acknowledged**, so every counted frame is stored. A
 rollout lost to a dying collector is never counted (its write may or may not have been stored).

@@ -14,7 +14,7 @@ times a second slowed a raw stepping loop by about 4% (1,000 times: 11%). When r
 fetched weights and serialized writes concurrently with stepping, the stepping thread was
 switched out about 240 times a second; doing that work on the stepper, between rollouts, costs
 well under 1% of its time (about 105 switches a second remain). Small replay writes also skip
-the object store (see ``collector.group.INLINE_WRITE_BYTES``).
+the object store (see ``collector.config.INLINE_WRITE_BYTES``).
 
 What remains: in a threaded actor, Ray's main thread takes the GIL every 10 ms to check for
 signals (``CoreWorker.CheckSignal``), about 60 switches a second; the same raw loop run inside a

@@ -3,9 +3,29 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 from typing import Any
 
 from collector.env import VECTOR_MODES
+
+# Replay writes up to this size travel inline in the write call (collector to shard over gRPC)
+# instead of through the object store. Ray's default cut is 100 KiB; an 8,192-frame CartPole
+# write is about 450 KiB, and taking it through the object store costs the raylet and both
+# ends several IPC round trips per write. Larger writes (pixel observations) still go through
+# the object store, which is the better path for them.
+INLINE_WRITE_BYTES = 1 << 20
+INLINE_WRITE_ENV = {"RAY_max_direct_call_object_size": str(INLINE_WRITE_BYTES)}
+
+
+def inherits_inline_writes() -> bool:
+    """Whether workers inherit the inline-write limit from the environment Ray started in.
+
+    True in an embedded cluster started with it set, where collectors then need no runtime env
+    of their own: a runtime env makes Ray start a dedicated worker process for each collector;
+    without one, a collector can take one of the workers Ray prestarts with the cluster.
+    """
+    limit = os.environ.get("RAY_max_direct_call_object_size")  # noqa: SIM112 (Ray's spelling)
+    return limit == str(INLINE_WRITE_BYTES)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -10,17 +10,12 @@ from typing import Any
 import ray
 
 from collector.actor import CONCURRENCY_GROUPS, ROLLOUT_CONCURRENCY, Collector
+from collector.config import INLINE_WRITE_ENV, inherits_inline_writes
 
 logger = logging.getLogger(__name__)
 
 # Recent rollouts whose issue-time death count is remembered (for mark_dead's dedup).
 ISSUED_MEMORY = 4096
-# Replay writes up to this size travel inline in the write call (collector to shard over gRPC)
-# instead of through the object store. Ray's default cut is 100 KiB; an 8,192-frame CartPole
-# write is about 450 KiB, and taking it through the object store costs the raylet and both
-# ends several IPC round trips per write. Larger writes (pixel observations) still go through
-# the object store, which is the better path for them.
-INLINE_WRITE_BYTES = 1 << 20
 
 
 class CollectorsPausedError(RuntimeError):
@@ -52,7 +47,7 @@ def remote_collector(
         num_cpus=num_cpus,
         max_restarts=max_restarts,
         max_task_retries=0,
-        runtime_env={"env_vars": {"RAY_max_direct_call_object_size": str(INLINE_WRITE_BYTES)}},
+        runtime_env=None if inherits_inline_writes() else {"env_vars": INLINE_WRITE_ENV},
         scheduling_strategy=scheduling_strategy,
     )
     return actor_cls.remote(collector_id, *args, **kwargs)

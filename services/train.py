@@ -26,6 +26,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import ray
 
+from collector.config import INLINE_WRITE_ENV
 from services.checkpoint import CheckpointError
 from services.config import ConfigError, RunConfig, load_config
 from services.placement import PlacementError
@@ -80,6 +81,9 @@ def init_ray(*configs: RunConfig) -> None:
         ray.init(namespace="relayrl", log_to_driver=True)
         return
     gpus = sum(c.learner.world_size * c.learner.resources_per_rank.get("GPU", 0) for c in configs)
+    # Every process of the embedded cluster inherits the collectors' inline-write limit, so
+    # collectors start in prestarted workers instead of dedicated ones (see collector.group).
+    os.environ.update(INLINE_WRITE_ENV)
     ray.init(
         address="local",  # never attach to a `ray start` cluster found on this machine
         num_cpus=max(os.cpu_count() or 1, math.ceil(sum(logical_cpus(c) for c in configs))),
