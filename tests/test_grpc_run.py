@@ -232,8 +232,7 @@ def test_checkpoint_and_stop_while_an_actor_inserts(served):
 
 
 def test_resume_accepts_the_grpc_checkpoint(served, tmp_path):
-    if "checkpoint" not in served:
-        pytest.skip("needs the checkpoint of the previous test")
+    assert "checkpoint" in served, "needs the checkpoint of the previous test"
     run = Run(tmp_path / "resumed", "--resume", served["checkpoint"])
     try:
         run.client.wait_health("SERVING", timeout=120)
