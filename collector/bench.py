@@ -204,6 +204,7 @@ def main(argv: list[str] | None = None) -> dict:
     logging.basicConfig(level=logging.INFO, format="%(message)s")
 
     ray.init(
+        address="local",  # never attach to a (possibly stale) `ray start` cluster
         num_cpus=8,
         include_dashboard=False,
         log_to_driver=False,

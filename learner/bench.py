@@ -115,7 +115,13 @@ def main(argv: list[str] | None = None) -> dict:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
     config = LearnerConfig(global_batch_size=BATCH, hidden_sizes=SPEC.hidden_sizes)
-    ray.init(num_cpus=8, include_dashboard=False, namespace="relayrl", log_to_driver=False)
+    ray.init(
+        address="local",  # never attach to a (possibly stale) `ray start` cluster
+        num_cpus=8,
+        include_dashboard=False,
+        namespace="relayrl",
+        log_to_driver=False,
+    )
     shards = [remote_shard("bench", i, 50_000, seed=i) for i in range(2)]
     rng = np.random.default_rng(1)
     ray.get([s.write.remote(transitions(20_000, rng), "bench", 0) for s in shards])

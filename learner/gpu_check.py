@@ -173,6 +173,7 @@ def main() -> int:
     }
     checks["state_round_trip"] = run("state", check_state_round_trip)
     ray.init(
+        address="local",  # never attach to a (possibly stale) `ray start` cluster
         num_gpus=torch.cuda.device_count(),
         include_dashboard=False,
         namespace="relayrl",

@@ -262,6 +262,7 @@ def main(argv: list[str] | None = None) -> dict:
     started = time.perf_counter()
     directory = Path(tempfile.mkdtemp(prefix="relayrl-replay-bench-", dir=args.dir))
     ray.init(
+        address="local",  # never attach to a (possibly stale) `ray start` cluster
         num_cpus=8,
         include_dashboard=False,
         namespace="relayrl",
