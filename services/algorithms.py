@@ -45,6 +45,8 @@ class Algorithm:
         defaults: Config values (nested like the YAML) used where the config sets none.
         build_spec: ``(config, observation_space, action_space) -> model spec``.
         transform: On-policy collectors' targets: ``gae`` or ``episodes`` (None: off-policy).
+        epsilon_greedy: Collectors explore with the driver's annealed epsilon (Q-learning);
+            otherwise the policy's own sampling is the exploration.
     """
 
     name: str
@@ -54,6 +56,7 @@ class Algorithm:
     defaults: Mapping[str, Any]
     build_spec: SpecBuilder
     transform: str | None = None
+    epsilon_greedy: bool = False
 
     @property
     def on_policy(self) -> bool:
@@ -78,8 +81,8 @@ class Algorithm:
         epsilon for Q-learning, and the policy's own sampling for stochastic actors.
         """
         if frames < config.controller.init_random_frames:
-            return {"random": True, "epsilon": 1.0} if self.loss == "dqn" else {"random": True}
-        if self.loss == "dqn":
+            return {"random": True, "epsilon": 1.0} if self.epsilon_greedy else {"random": True}
+        if self.epsilon_greedy:
             return {"epsilon": config.collector.epsilon(frames)}
         return {}
 
@@ -147,7 +150,7 @@ def _merged(base: Mapping, extra: Mapping) -> dict:
 
 
 ALGORITHMS: dict[str, Algorithm] = {
-    "dqn": Algorithm("dqn", "offpolicy", "dqn", "discrete", {}, _q_network),
+    "dqn": Algorithm("dqn", "offpolicy", "dqn", "discrete", {}, _q_network, epsilon_greedy=True),
     "ppo": Algorithm(
         "ppo",
         "onpolicy",
