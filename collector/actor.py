@@ -25,8 +25,11 @@ it, but could then neither overlap write acknowledgements with stepping nor answ
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import functools
 import logging
+import os
 import threading
 import time
 import uuid
@@ -38,11 +41,11 @@ import numpy as np
 import ray
 import torch
 
-from collector.env import env_seeds, make_vector_env
+from collector.env import EnvError, env_seeds, make_vector_env
 from collector.onpolicy import OnPolicyTransform, OnPolicyWorker
 from collector.receipts import RolloutReceipt
 from collector.rollout import RolloutBatch, RolloutWorker
-from replay.client import ReplayClient
+from replay.client import SHARD_FAILURES, ReplayClient
 
 logger = logging.getLogger(__name__)
 
@@ -126,17 +129,24 @@ class Collector:
             self.network, np.random.SeedSequence([seed, collector_id, 1])
         )
         seeds = env_seeds(seed, collector_id, num_envs)
+        self.env_id = env_id
+        self._make_envs = functools.partial(
+            make_vector_env,
+            env_id,
+            num_envs,
+            mode=vector_mode,
+            env_kwargs=env_kwargs,
+            autoreset="next_step" if transform is None else "same_step",
+        )
+        envs = self._make_envs()
         if transform is None:
-            envs = make_vector_env(env_id, num_envs, mode=vector_mode, env_kwargs=env_kwargs)
             self.worker = RolloutWorker(envs, self.policy, seeds, n_step=n_step, gamma=gamma)
             self.transitions = f"nstep-{n_step}"
         else:
-            envs = make_vector_env(
-                env_id, num_envs, mode=vector_mode, env_kwargs=env_kwargs, autoreset="same_step"
-            )
             self.worker = OnPolicyWorker(envs, self.policy, seeds, transform)
             self.transitions = transform.kind
         self.seq = 0
+        self.env_errors = 0
         self.generation = -1
         self.version = -1
         self._step_lock = threading.Lock()
@@ -202,7 +212,7 @@ class Collector:
             self._active += 1
         try:
             step = self._stepper.submit(self._step_and_send, frames, explore, weights).result()
-            write = ray.get(step.pending)
+            write = self._acknowledged(step)
             if write.duplicate:  # cannot happen with a fresh writer id; would mean lost frames
                 logger.warning(
                     "collector %d: write %d acknowledged as a duplicate",
@@ -226,6 +236,37 @@ class Collector:
                 self._active -= 1
                 self._state.notify_all()
 
+    def _acknowledged(self, step: _Stepped):
+        """Waits for a write's receipt; a write its shard could not take goes to the next one.
+
+        A shard that died or is restarting loses what it held, so storing the batch elsewhere
+        under the same ``(writer_id, seq)`` never duplicates a live item.
+
+        Raises:
+            ray.exceptions.RayActorError: If no shard took the write.
+        """
+        try:
+            return ray.get(step.pending)
+        except SHARD_FAILURES as err:
+            home = self.collector_id % len(self.replay.shards)
+            failure = err
+        for k in range(1, len(self.replay.shards)):
+            shard = (home + k) % len(self.replay.shards)
+            logger.warning(
+                "collector-%d: replay-%d did not take write %d (%s); sent to replay-%d",
+                self.collector_id,
+                (shard - 1) % len(self.replay.shards),
+                step.seq,
+                failure,
+                shard,
+            )
+            try:
+                batch = step.batch.transitions
+                return self.replay.write(batch, self.writer_id, step.seq, shard=shard)
+            except SHARD_FAILURES as err:
+                failure = err
+        raise failure
+
     def _step_and_send(self, frames: int, explore, weights) -> _Stepped:
         """Runs on the stepper thread: fetches and applies newer weights, steps, sends the write.
 
@@ -243,7 +284,10 @@ class Collector:
             seeds = None
             if self.transitions == "episodes":  # fresh, reproducible episodes every rollout
                 seeds = env_seeds(self.seed, self.collector_id, self.worker.num_envs, seq + 1, 1)
-            batch = self.worker.rollout(steps, explore, self.version, seeds=seeds)
+            try:
+                batch = self.worker.rollout(steps, explore, self.version, seeds=seeds)
+            except Exception as err:
+                raise self._rebuild_envs(err) from err
             stepped = time.perf_counter()
             self.seq += 1
             pending = self.replay.write_async(
@@ -252,6 +296,28 @@ class Collector:
             return _Stepped(
                 batch, seq, self.generation, self.version, pending, stepped - start, stepped
             )
+
+    def _rebuild_envs(self, err: Exception) -> EnvError:
+        """After an env raised: fresh envs on re-seeded episodes; returns the error to raise.
+
+        Nothing of the failed rollout was written, so the driver counts none of it.
+        """
+        error = err if isinstance(err, EnvError) else EnvError(self.env_id, -1, repr(err))
+        logger.warning("collector-%d: %s; rebuilding its envs", self.collector_id, error)
+        with contextlib.suppress(Exception):  # a broken env may not close cleanly
+            self.worker.envs.close()
+        self.worker.envs = self._make_envs()
+        self.env_errors += 1
+        self.worker.reset(
+            env_seeds(
+                self.seed,
+                self.collector_id,
+                self.worker.num_envs,
+                self.seq + 1,
+                self.env_errors + 1,
+            )
+        )
+        return error
 
     # -- pause barrier -------------------------------------------------------------------------
     @ray.method(concurrency_group="control")
@@ -342,3 +408,13 @@ class Collector:
     def ping(self) -> int:
         """Liveness probe; returns the collector id."""
         return self.collector_id
+
+    @ray.method(concurrency_group="control")
+    def node_id(self) -> str:
+        """The Ray node this collector runs on."""
+        return ray.get_runtime_context().get_node_id()
+
+    @ray.method(concurrency_group="control")
+    def pid(self) -> int:
+        """This collector's worker process id (what an operator would signal)."""
+        return os.getpid()

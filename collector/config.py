@@ -53,6 +53,13 @@ class CollectorConfig:
             bootstrapped at the rollout's end).
         num_cpus: Logical Ray CPUs per collector.
         max_restarts: Restarts Ray grants a dead collector.
+        crash_loop_deaths: Deaths of one collector within ``crash_loop_window_s`` that stop
+            the run with an error naming it, instead of restarting it again.
+        crash_loop_window_s: Window of the crash-loop rule, in seconds.
+        rollout_timeout_s: A rollout running longer is treated as a stuck collector: the actor
+            is killed, Ray restarts it, and the rollout is not counted.
+        max_env_errors: Env exceptions (each rebuilds the collector's envs, the rollout not
+            counted) the run absorbs before it stops with an error naming the last one.
         epsilon_start: Exploration rate at frame 0 (annealed by the driver).
         epsilon_end: Exploration rate after ``epsilon_anneal_frames``.
         epsilon_anneal_frames: Frames over which epsilon decays linearly.
@@ -74,6 +81,10 @@ class CollectorConfig:
     # Actors
     num_cpus: float = 0.5
     max_restarts: int = 3
+    crash_loop_deaths: int = 3
+    crash_loop_window_s: float = 300.0
+    rollout_timeout_s: float = 300.0
+    max_env_errors: int = 10
     # Exploration
     epsilon_start: float = 1.0
     epsilon_end: float = 0.01
@@ -119,6 +130,25 @@ class CollectorConfig:
             (0 <= self.gae_lambda <= 1, "gae_lambda", "must be in [0, 1]", self.gae_lambda),
             (self.num_cpus >= 0, "num_cpus", "must be >= 0", self.num_cpus),
             (self.max_restarts >= 0, "max_restarts", "must be >= 0", self.max_restarts),
+            (
+                self.crash_loop_deaths >= 1,
+                "crash_loop_deaths",
+                "must be >= 1",
+                self.crash_loop_deaths,
+            ),
+            (
+                self.crash_loop_window_s > 0,
+                "crash_loop_window_s",
+                "must be > 0",
+                self.crash_loop_window_s,
+            ),
+            (
+                self.rollout_timeout_s > 0,
+                "rollout_timeout_s",
+                "must be > 0",
+                self.rollout_timeout_s,
+            ),
+            (self.max_env_errors >= 0, "max_env_errors", "must be >= 0", self.max_env_errors),
             (
                 0 <= self.epsilon_start <= 1,
                 "epsilon_start",

@@ -84,17 +84,58 @@ def make_vector_env(
         raise ValueError(f"vector_mode: must be one of {VECTOR_MODES}, got {mode!r}")
     kwargs = dict(env_kwargs or {})
     autoreset = AUTORESET_MODES[autoreset]
-    if not is_factory_path(env_id):
-        return gym.make_vec(
-            env_id,
-            num_envs=num_envs,
-            vectorization_mode=mode,
-            vector_kwargs={"autoreset_mode": autoreset, "copy": False},
-            **kwargs,
-        )
-    env_fn = functools.partial(resolve_factory(env_id), **kwargs)
+    make = (
+        resolve_factory(env_id) if is_factory_path(env_id) else functools.partial(gym.make, env_id)
+    )
+    env_fns = [functools.partial(_guarded, make, kwargs, env_id, i) for i in range(num_envs)]
     vector_cls = gym.vector.SyncVectorEnv if mode == "sync" else gym.vector.AsyncVectorEnv
-    return vector_cls([env_fn] * num_envs, autoreset_mode=autoreset, copy=False)
+    return vector_cls(env_fns, autoreset_mode=autoreset, copy=False)
+
+
+class EnvError(RuntimeError):
+    """An exception raised inside one sub-env, tagged with the env id and its index.
+
+    Args:
+        env_id: The env's gymnasium id or factory path.
+        index: The sub-env's index in its vector env (-1: unknown).
+        error: What it raised, as text.
+    """
+
+    def __init__(self, env_id: str, index: int, error: str) -> None:
+        super().__init__(f"env {env_id} #{index}: {error}")
+        self.env_id = env_id
+        self.index = index
+        self.error = error
+
+    def __reduce__(self):
+        return EnvError, (self.env_id, self.index, self.error)
+
+
+class GuardedEnv(gym.Wrapper):
+    """Re-raises any exception of ``step``/``reset`` as an :class:`EnvError` naming the env."""
+
+    def __init__(self, env: gym.Env, env_id: str, index: int) -> None:
+        super().__init__(env)
+        self.env_id = env_id
+        self.index = index
+
+    def step(self, action):
+        """Steps the env; see the class docstring."""
+        try:
+            return self.env.step(action)
+        except Exception as err:
+            raise EnvError(self.env_id, self.index, f"{type(err).__name__}: {err}") from err
+
+    def reset(self, *, seed=None, options=None):
+        """Resets the env; see the class docstring."""
+        try:
+            return self.env.reset(seed=seed, options=options)
+        except Exception as err:
+            raise EnvError(self.env_id, self.index, f"{type(err).__name__}: {err}") from err
+
+
+def _guarded(make: Callable[..., gym.Env], kwargs: dict, env_id: str, index: int) -> gym.Env:
+    return GuardedEnv(make(**kwargs), env_id, index)
 
 
 def env_seeds(

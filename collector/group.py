@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import collections
 import logging
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -136,6 +137,7 @@ class CollectorGroup:
         self.known_versions = [(-1, -1)] * num_collectors
         self.weights = None  # the newest PublishedWeights seen
         self.restarts = 0
+        self.nodes: list[str | None] = [None] * num_collectors  # Ray node ids, for messages
         self.paused = False
         self._inflight: set[ray.ObjectRef] = set()
         # Restart accounting. Ray fails every rollout sent to a collector between its death and
@@ -150,8 +152,9 @@ class CollectorGroup:
         return len(self.actors)
 
     def wait_ready(self, timeout: float = 120.0) -> None:
-        """Blocks until every collector answers (envs built, policy ready)."""
+        """Blocks until every collector answers (envs built, policy ready); notes their nodes."""
         ray.get([a.ping.remote() for a in self.actors], timeout=timeout)
+        self.nodes = ray.get([a.node_id.remote() for a in self.actors], timeout=timeout)
 
     def _remember(self, weights) -> None:
         if weights is not None and (
@@ -252,14 +255,45 @@ class CollectorGroup:
                 logger.warning("collector %d unavailable during %s: %s", index, method, err)
 
     def sync_weights(self, weights, timeout: float = 60.0) -> None:
-        """Hands ``weights`` to every collector that is behind and waits until applied."""
+        """Hands ``weights`` to every collector that is behind and waits until applied.
+
+        A collector that is dead or restarting is skipped: it gets the newest weights with
+        its next rollout.
+        """
         self._remember(weights)
-        refs = []
+        refs = {}
         for index, actor in enumerate(self.actors):
             if self.known_versions[index] < (weights.generation, weights.version):
-                refs.append(actor.set_weights.remote(weights))
+                refs[index] = actor.set_weights.remote(weights)
                 self.known_versions[index] = (weights.generation, weights.version)
-        ray.get(refs, timeout=timeout)
+        for index, ref in refs.items():
+            try:
+                ray.get(ref, timeout=timeout)
+            except ray.exceptions.RayActorError as err:
+                self.known_versions[index] = (-1, -1)
+                logger.warning("collector-%d unavailable for weights: %s", index, err)
+
+    def wait_alive(self, timeout: float) -> None:
+        """Waits until every collector answers (one Ray is restarting comes back).
+
+        Raises:
+            TimeoutError: Naming the collectors that did not answer within ``timeout``.
+        """
+        deadline = time.monotonic() + timeout
+        missing = list(range(len(self.actors)))
+        while missing:
+            refs = {i: self.actors[i].ping.remote() for i in missing}
+            for index, ref in refs.items():
+                try:
+                    ray.get(ref, timeout=max(deadline - time.monotonic(), 0.001))
+                    missing.remove(index)
+                except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError):
+                    pass
+            if missing and time.monotonic() >= deadline:
+                names = ", ".join(f"collector-{i}" for i in missing)
+                raise TimeoutError(f"{names} did not answer within {timeout:g} s")
+            if missing:
+                time.sleep(0.2)  # restarting: ask again shortly
 
     def mark_dead(self, index: int, ref: ray.ObjectRef | None = None) -> None:
         """Records that a rollout of collector ``index`` was lost to a dead actor.

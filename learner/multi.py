@@ -61,15 +61,25 @@ class MultiOptimizerStepper:
         return cls(groups, max_grad_norm=clip)
 
     def step(self, train_module: nn.Module, batch: TensorDict) -> dict[str, torch.Tensor]:
-        """Updates every group in order; reports each group's losses and ``grad_norm_<method>``."""
+        """Updates every group in order; reports each group's losses and ``grad_norm_<method>``.
+
+        A group whose loss or gradient is non-finite skips its optimizer step
+        (``nonfinite_skipped`` is 1).
+        """
         metrics: dict[str, torch.Tensor] = {}
+        skipped = 0.0  # 1 when a group's non-finite loss or gradient skipped its step
         for (method, optimizer), clip in zip(self.groups, self.clippers, strict=True):
             losses = train_module(batch, method=method)
             optimizer.zero_grad(set_to_none=True)
             total_loss(losses).backward()
-            metrics[f"grad_norm_{method.removeprefix('loss_')}"] = clip().detach()
-            optimizer.step()
+            grad_norm = clip().detach()
+            metrics[f"grad_norm_{method.removeprefix('loss_')}"] = grad_norm
+            if torch.isfinite(grad_norm):  # all-reduced already: every rank agrees
+                optimizer.step()
+            else:
+                skipped = 1.0
             metrics.update(detached(losses))
+        metrics["nonfinite_skipped"] = torch.tensor(skipped)
         return metrics
 
     def state_dict(self) -> dict:

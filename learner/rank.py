@@ -78,6 +78,10 @@ class LearnerRank:
         """This rank's node IP address."""
         return ray.util.get_node_ip_address()
 
+    def pid(self) -> int:
+        """This rank's worker process id (what an operator would signal)."""
+        return os.getpid()
+
     def open_store(self, address: str, port: int) -> int:
         """Rank 0: starts the rendezvous store and returns its port (see ``open_store``)."""
         self.store = open_store(

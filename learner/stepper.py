@@ -11,6 +11,7 @@ through ``loss_module`` directly, so gradients are averaged over ranks.
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Iterable, Mapping
 from typing import Protocol, runtime_checkable
@@ -18,6 +19,8 @@ from typing import Protocol, runtime_checkable
 import torch
 from tensordict import TensorDict
 from torch import nn
+
+logger = logging.getLogger(__name__)
 
 
 @runtime_checkable
@@ -153,8 +156,9 @@ class GradClipper:
 class DefaultStepper:
     """Zero grads, backward of the summed losses, clip, optimizer step, scheduler step.
 
-    Reports the loss output (detached), ``grad_norm`` (before clipping) and ``lr`` when a
-    scheduler is set.
+    Reports the loss output (detached), ``grad_norm`` (before clipping), ``nonfinite_skipped``
+    and ``lr`` when a scheduler is set. A non-finite loss or gradient norm skips the optimizer
+    and scheduler steps (``nonfinite_skipped`` 1, :attr:`skipped_steps` counts them).
 
     Args:
         optimizer: The optimizer over the trainable parameters.
@@ -183,6 +187,7 @@ class DefaultStepper:
         self.scheduler = scheduler
         self.parameters = [p for group in optimizer.param_groups for p in group["params"]]
         self.clip = GradClipper(self.parameters, grad_clip, max_grad_norm, max_grad_value)
+        self.skipped_steps = 0  # steps skipped by the non-finite guard
 
     @classmethod
     def from_config(cls, loss_module: nn.Module, config) -> DefaultStepper:
@@ -203,8 +208,16 @@ class DefaultStepper:
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         grad_norm = self.clip()
-        self.optimizer.step()
-        return self._metrics(detached(losses), grad_norm, stepped=True)
+        # Gradients are all-reduced by now, so every rank takes the same decision.
+        finite = bool(torch.isfinite(grad_norm))
+        if finite:
+            self.optimizer.step()
+        else:
+            self.skipped_steps += 1
+            logger.warning("non-finite loss or gradient: optimizer step skipped")
+        metrics = detached(losses)
+        metrics["nonfinite_skipped"] = torch.tensor(0.0 if finite else 1.0)
+        return self._metrics(metrics, grad_norm, stepped=finite)
 
     def _metrics(
         self, metrics: dict[str, torch.Tensor], grad_norm: torch.Tensor, *, stepped: bool

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import collections
+import logging
+import time
 import zlib
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -14,6 +16,15 @@ from replay.receipts import WriteReceipt
 from replay.samplers import EmptyReplayError, importance_weights
 from replay.sharding import PendingSample, fifo_split, shares_of, split_group
 from replay.storage import Batch
+
+logger = logging.getLogger(__name__)
+
+# What a call to a dead, restarting or unreachable shard raises.
+SHARD_FAILURES = (ray.exceptions.RayActorError,)
+
+
+class ShardUnavailableError(RuntimeError):
+    """A service-wide call (dump, load) could not reach a shard; the message names it."""
 
 
 class ReplayClient:
@@ -31,9 +42,18 @@ class ReplayClient:
     item was actually drawn (shard share times in-shard probability), normalized by the smallest
     such probability over the whole service.
 
+    Shard faults: a shard whose call fails because it died, is restarting or cannot be reached
+    is marked down and sampled around: its share of the request is drawn again from the live
+    shards (uniform, prioritized; a FIFO batch comes back short), its pending priority updates
+    are dropped (its items are gone), and a cheap ``info`` probe, sent at most every
+    ``probe_interval_s``, brings it back once Ray has restarted it. While every shard is down or
+    empty after a fault, sampling waits up to ``unavailable_timeout_s`` for items.
+
     Keyword Args:
         seed: Seed of the split generator.
         beta: Default importance-weight exponent when :meth:`sample` is given none.
+        probe_interval_s: Seconds between probes of a shard that is down.
+        unavailable_timeout_s: Longest wait for items while shards are down.
 
     Examples:
         >>> client = ReplayClient(shards)  # doctest: +SKIP
@@ -43,7 +63,13 @@ class ReplayClient:
     """
 
     def __init__(
-        self, shards: Sequence[ray.actor.ActorHandle], *, seed: int | None = None, beta: float = 1.0
+        self,
+        shards: Sequence[ray.actor.ActorHandle],
+        *,
+        seed: int | None = None,
+        beta: float = 1.0,
+        probe_interval_s: float = 0.5,
+        unavailable_timeout_s: float = 120.0,
     ) -> None:
         if not shards:
             raise ValueError("a replay client needs at least one shard")
@@ -57,6 +83,69 @@ class ReplayClient:
         self.deferred: list[list[tuple[np.ndarray, ...]]] = [[] for _ in self.shards]
         self.update_refs: list[list[ray.ObjectRef]] = [[] for _ in self.shards]
         self.fifo_inflight = np.zeros(len(self.shards), dtype=np.int64)
+        self.probe_interval_s = probe_interval_s
+        self.unavailable_timeout_s = unavailable_timeout_s
+        self.down: dict[int, tuple[ray.ObjectRef | None, float]] = {}  # shard: (probe, sent at)
+        self.faults = 0  # shard failures seen by this client
+
+    # -- shard faults ------------------------------------------------------------------------
+    def mark_down(self, shard: int, error: BaseException) -> None:
+        """Stops routing samples and updates to ``shard`` until a probe finds it back."""
+        if shard not in self.down:
+            self.faults += 1
+            logger.warning("replay-%d unavailable, sampling around it: %s", shard, error)
+        self.down[shard] = (None, 0.0)
+        self.infos[shard] = {**self.infos[shard], "size": 0, "mass": 0.0, "remaining": 0}
+        self.deferred[shard] = []
+        self.update_refs[shard] = []
+        self.fifo_inflight[shard] = 0
+
+    def probe(self) -> list[int]:
+        """Checks the shards that are down without blocking; returns those that came back."""
+        back = []
+        now = time.monotonic()
+        for shard, (ref, sent) in list(self.down.items()):
+            if ref is not None and ray.wait([ref], timeout=0)[0]:
+                try:
+                    self.infos[shard] = ray.get(ref)
+                except SHARD_FAILURES:
+                    ref = None
+                else:
+                    del self.down[shard]
+                    back.append(shard)
+                    logger.info("replay-%d is back (%d items)", shard, self.infos[shard]["size"])
+                    continue
+            if ref is None and now - sent >= self.probe_interval_s:
+                self.down[shard] = (self.shards[shard].info.remote(), now)
+            elif ref is None:
+                self.down[shard] = (None, sent)
+        return back
+
+    def _get(self, shard: int, ref: ray.ObjectRef):
+        """``ray.get`` of one shard's reply; None (and the shard marked down) if it failed."""
+        try:
+            return ray.get(ref)
+        except SHARD_FAILURES as err:
+            self.mark_down(shard, err)
+            return None
+
+    def _wait_for_items(self) -> None:
+        """Waits while every shard is down or empty after a fault (see the class docstring).
+
+        Raises:
+            EmptyReplayError: If the shards are empty and none was lost, or none comes back
+                with items within ``unavailable_timeout_s``.
+        """
+        deadline = time.monotonic() + self.unavailable_timeout_s
+        while True:
+            self.refresh()
+            if self.sizes.sum() > 0:
+                return
+            if not self.faults or time.monotonic() >= deadline:
+                down = ", ".join(f"replay-{i}" for i in sorted(self.down)) or "none"
+                raise EmptyReplayError(f"cannot sample: every replay shard is empty (down: {down})")
+            probes = [ref for ref, _ in self.down.values() if ref is not None]
+            ray.wait(probes or [self.shards[0].info.remote()], timeout=self.probe_interval_s)
 
     # -- writes ------------------------------------------------------------------------------
     def shard_for(self, writer_id: str) -> int:
@@ -83,8 +172,13 @@ class ReplayClient:
         return np.array([info["size"] for info in self.infos], dtype=np.int64)
 
     def refresh(self) -> list[dict]:
-        """Asks every shard for its size and masses now."""
-        self.infos = ray.get([s.info.remote() for s in self.shards])
+        """Asks every live shard for its size and masses now (probes the ones that are down)."""
+        self.probe()
+        refs = {i: s.info.remote() for i, s in enumerate(self.shards) if i not in self.down}
+        for i, ref in refs.items():
+            info = self._get(i, ref)
+            if info is not None:
+                self.infos[i] = info
         return self.infos
 
     def refresh_sizes(self) -> np.ndarray:
@@ -98,11 +192,11 @@ class ReplayClient:
         Raises:
             EmptyReplayError: If every shard is empty (after asking them).
         """
+        if self.down:
+            self.probe()
         if self.sizes.sum() == 0:
-            self.refresh()
-            if self.sizes.sum() == 0:
-                raise EmptyReplayError("cannot sample: every replay shard is empty")
-        if self.infos[0].get("sampler") == "fifo":
+            self._wait_for_items()
+        if self._sampler() == "fifo":
             remaining = sum(info.get("remaining", 0) for info in self.infos)
             if remaining < batch_size and not self.fifo_inflight.any():
                 self.refresh()  # a new pass starts: split it by the shards' sizes now
@@ -111,6 +205,9 @@ class ReplayClient:
             return counts, counts / max(batch_size, 1)
         shares = shares_of(self.infos)
         return self.rng.multinomial(batch_size, shares), shares
+
+    def _sampler(self) -> str | None:
+        return next((info["sampler"] for info in self.infos if "sampler" in info), None)
 
     def sample_async(self, batch_size: int, *, num_batches: int = 1) -> PendingSample:
         """Sends one request to every shard (with any deferred priority updates).
@@ -121,16 +218,27 @@ class ReplayClient:
         """
         counts, shares = self.split(batch_size * num_batches)
         refs = [
-            shard.sample.remote(int(n), self._take_deferred(i))
+            None if i in self.down else shard.sample.remote(int(n), self._take_deferred(i))
             for i, (shard, n) in enumerate(zip(self.shards, counts, strict=True))
         ]
         return PendingSample(batch_size, num_batches, counts, shares, refs)
 
     def _receive(self, pending: PendingSample) -> tuple[dict[str, np.ndarray], float]:
-        """Waits for a request's replies: ``(concatenated batch, smallest draw probability)``."""
-        replies = ray.get(pending.refs)
+        """Waits for a request's replies: ``(concatenated batch, smallest draw probability)``.
+
+        A shard that fails to answer is marked down and its part is drawn again from the live
+        shards (uniform and prioritized samplers), so the batch keeps its size.
+        """
+        replies = [None if ref is None else self._get(i, ref) for i, ref in enumerate(pending.refs)]
+        missing = sum(int(n) for n, reply in zip(pending.counts, replies, strict=True) if not reply)
         parts, minima = [], [np.inf]
-        for shard, (part, info) in enumerate(replies):
+        extra = None
+        if missing and self._sampler() != "fifo":
+            extra = self._receive(self.sample_async(missing))
+        for shard, reply in enumerate(replies):
+            if reply is None:
+                continue
+            part, info = reply
             self.infos[shard] = info
             if info["sampler"] == "fifo":
                 self.fifo_inflight[shard] -= pending.counts[shard]
@@ -141,6 +249,9 @@ class ReplayClient:
                 if "probability" in part:
                     part["probability"] = part["probability"] * pending.shares[shard]
                 parts.append(part)
+        if extra is not None and extra[0]:
+            parts.append(extra[0])
+            minima.append(extra[1])
         if not parts:
             return {}, np.inf
         batch = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
@@ -259,11 +370,16 @@ class ReplayClient:
 
     def _send_updates(self, *, force: bool) -> None:
         for shard, handle in enumerate(self.shards):
+            if shard in self.down:
+                continue
             refs = self.update_refs[shard]
             if refs:
                 done, refs = ray.wait(refs, num_returns=len(refs), timeout=0)
                 self.update_refs[shard] = refs
-                ray.get(done)  # surfaces a shard's refusal
+                for ref in done:  # surfaces a shard's refusal
+                    self._get(shard, ref)
+                if shard in self.down:
+                    continue
             if self.deferred[shard] and (force or not refs):
                 refs.append(handle.update_priorities.remote(*self._take_deferred(shard)))
 
@@ -275,14 +391,37 @@ class ReplayClient:
         """
         self._send_updates(force=True)
         if wait:
-            refs = [ref for shard_refs in self.update_refs for ref in shard_refs]
-            self.update_refs = [[] for _ in self.shards]
-            ray.get(refs)
+            pending, self.update_refs = self.update_refs, [[] for _ in self.shards]
+            for shard, refs in enumerate(pending):
+                for ref in refs:
+                    self._get(shard, ref)  # a shard lost meanwhile lost its items too
 
     # -- service-wide ------------------------------------------------------------------------
+    def _each(self, method: str, *args_per_shard) -> list:
+        """Calls ``method`` on every shard in parallel; the replies in shard order.
+
+        Raises:
+            ShardUnavailableError: Naming the first shard that did not answer.
+        """
+        refs = [
+            getattr(s, method).remote(*(a[i] for a in args_per_shard))
+            for i, s in enumerate(self.shards)
+        ]
+        replies = []
+        for i, ref in enumerate(refs):
+            try:
+                replies.append(ray.get(ref))
+            except SHARD_FAILURES as err:
+                self.mark_down(i, err)
+                message = f"replay-{i} is unavailable for {method}: {err}"
+                raise ShardUnavailableError(message) from err
+        return replies
+
     def stats(self) -> list[dict]:
-        """Every shard's size and counters."""
-        return ray.get([s.stats.remote() for s in self.shards])
+        """The size and counters of every shard that answers (one that is down is left out)."""
+        refs = {i: s.stats.remote() for i, s in enumerate(self.shards) if i not in self.down}
+        replies = [self._get(i, ref) for i, ref in refs.items()]
+        return [reply for reply in replies if reply is not None]
 
     def clear(self) -> int:
         """Every shard drops its items (on-policy iteration boundary); returns how many.
@@ -293,7 +432,8 @@ class ReplayClient:
         self.inflight.clear()
         self.queue_size = None
         self.fifo_inflight[:] = 0
-        dropped = sum(ray.get([s.clear.remote() for s in self.shards]))
+        refs = {i: s.clear.remote() for i, s in enumerate(self.shards)}
+        dropped = sum(self._get(i, ref) or 0 for i, ref in refs.items())  # down: holds nothing
         self.infos = [{**info, "size": 0, "remaining": 0} for info in self.infos]
         return dropped
 
@@ -301,10 +441,16 @@ class ReplayClient:
         """Every shard writes its table into ``directory/replay-<i>`` in parallel.
 
         Priority updates are flushed and applied first. Returns each shard's file sizes.
+
+        Raises:
+            ShardUnavailableError: Naming a shard that is down (the dump is incomplete).
         """
         self.flush_updates(wait=True)
+        if self.down:
+            names = ", ".join(f"replay-{i}" for i in sorted(self.down))
+            raise ShardUnavailableError(f"cannot dump the replay service: {names} down")
         paths = [str(Path(directory) / f"replay-{i}") for i in range(len(self.shards))]
-        return ray.get([s.dump.remote(p) for s, p in zip(self.shards, paths, strict=True)])
+        return self._each("dump", paths)
 
     def load(self, directory: str | Path) -> list[dict]:
         """Every shard restores its table from ``directory/replay-<i>`` in parallel.
@@ -316,6 +462,7 @@ class ReplayClient:
 
         Raises:
             replay.npyio.CheckpointError: Naming a missing, truncated or corrupt file.
+            ShardUnavailableError: Naming a shard that did not answer.
         """
         self.ready.clear()
         self.inflight.clear()
@@ -324,6 +471,6 @@ class ReplayClient:
         self.flush_updates(wait=True)
         self.fifo_inflight[:] = 0
         paths = [str(Path(directory) / f"replay-{i}") for i in range(len(self.shards))]
-        stats = ray.get([s.load.remote(p) for s, p in zip(self.shards, paths, strict=True)])
+        stats = self._each("load", paths)
         self.refresh()
         return stats

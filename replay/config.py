@@ -28,6 +28,10 @@ class ReplayConfig:
         storage: ``memory`` (preallocated in RAM) or ``mmap`` (memory-mapped ``.npy`` files under
             ``mmap_dir``, for replays larger than RAM).
         mmap_dir: Directory of the memory-mapped storage (required with ``storage: mmap``).
+        max_restarts: Restarts Ray grants a dead shard (it comes back empty and the driver
+            refills it from the latest checkpoint); one more death stops the run.
+        health_interval_s: Seconds between the driver's health checks of the shards.
+        restart_timeout_s: A shard down for longer stops the run.
     """
 
     # Size and placement
@@ -44,6 +48,10 @@ class ReplayConfig:
     # Storage
     storage: str = "memory"
     mmap_dir: str | None = None
+    # Faults
+    max_restarts: int = 5
+    health_interval_s: float = 1.0
+    restart_timeout_s: float = 60.0
 
     def __post_init__(self) -> None:
         checks = [
@@ -59,6 +67,19 @@ class ReplayConfig:
                 "beta_anneal_frames",
                 "must be >= 0",
                 self.beta_anneal_frames,
+            ),
+            (self.max_restarts >= 0, "max_restarts", "must be >= 0", self.max_restarts),
+            (
+                self.health_interval_s > 0,
+                "health_interval_s",
+                "must be > 0",
+                self.health_interval_s,
+            ),
+            (
+                self.restart_timeout_s > 0,
+                "restart_timeout_s",
+                "must be > 0",
+                self.restart_timeout_s,
             ),
             (self.storage in STORAGES, "storage", f"must be one of {STORAGES}", self.storage),
             (

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import shutil
 import uuid
 from collections.abc import Sequence
@@ -50,6 +51,7 @@ class ReplayShard:
         mmap_dir: str | None = None,
     ) -> None:
         self.shard_id = shard_id
+        self.incarnation = uuid.uuid4().hex[:8]  # changes when Ray restarts the actor
         self.mmap_root = None if mmap_dir is None else Path(mmap_dir)
         self.shared_views = BlockViews()
         self.table = ReplayTable(
@@ -85,6 +87,15 @@ class ReplayShard:
             self.table.write(view_batch(self.shared_views, path, layout), writer_id, seq)
             for path, layout, writer_id, seq in writes
         ]
+
+    def health(self) -> dict:
+        """What the driver's health check needs: incarnation, size, node and process id."""
+        return {
+            "incarnation": self.incarnation,
+            "size": len(self.table.storage),
+            "node": ray.get_runtime_context().get_node_id(),
+            "pid": os.getpid(),
+        }
 
     def node_id(self) -> str:
         """The Ray node this shard runs on (writers on the same node may use shared memory)."""
@@ -184,10 +195,12 @@ def remote_shards(
     config: ReplayConfig,
     *,
     seed: int = 0,
-    max_restarts: int = 0,
+    max_restarts: int | None = None,
     scheduling: Sequence | None = None,
 ) -> list[ray.actor.ActorHandle]:
     """Starts the ``config.num_shards`` shards of a run (shard ``i`` seeded ``seed * 100 + i``).
+
+    ``max_restarts`` defaults to ``config.max_restarts``.
 
     ``scheduling`` holds one scheduling strategy per shard (None entries: Ray's default).
     """
@@ -200,7 +213,7 @@ def remote_shards(
             sampler=config.sampler,
             seed=seed * 100 + i,
             num_cpus=config.num_cpus,
-            max_restarts=max_restarts,
+            max_restarts=config.max_restarts if max_restarts is None else max_restarts,
             alpha=config.alpha,
             fifo_shuffle=config.fifo_shuffle,
             mmap_dir=config.mmap_dir if config.storage == "mmap" else None,

@@ -58,6 +58,8 @@ def save_cut(controller, store: CheckpointStore) -> Path:
     started = time.perf_counter()
     drain(controller)
     controller.learners.flush_replay()  # the learners' priority updates belong to the cut
+    # A collector Ray is restarting must be back: its state belongs to the cut.
+    controller.collectors.wait_alive(controller.config.collector.rollout_timeout_s)
     controller.collectors.pause()
     staging = store.stage(controller.counters.collected_frames)
     try:
@@ -114,7 +116,7 @@ def load_driver_state(controller, state: dict) -> None:
     controller.loop.load_state_dict(state.get("loop", {}))
     previous = [*state.get("lineage", []), state.get("run_id")]
     controller.lineage = [run_id for run_id in previous if run_id]
-    interval = controller.config.checkpoint.interval_frames
+    interval = controller.checkpoint_interval_frames
     if interval:
         controller.next_checkpoint_frames = (
             controller.counters.collected_frames // interval + 1

@@ -129,23 +129,38 @@ class ControllerConfig:
 class CheckpointConfig:
     """Checkpoints.
 
+    Periodic checkpoints are on by default, so a run always has something to restore a dead
+    learner rank or a restarted replay shard from: every quarter of the frame budget and every
+    ten minutes, whichever comes first.
+
     Attributes:
         dir: Rotation directory; default ``<run dir>/checkpoints``.
-        interval_frames: Frames between checkpoints (0: only at the end and on stop).
+        interval_frames: Frames between checkpoints (None: a quarter of
+            ``controller.total_frames``; 0: none by frames).
+        interval_s: Wall seconds between checkpoints (0: none by time).
         keep: Newest checkpoints kept by rotation.
         at_end: Write a checkpoint when the run reaches ``total_frames``.
     """
 
     dir: str | None = None
-    interval_frames: int = 0
+    interval_frames: int | None = None
+    interval_s: float = 600.0
     keep: int = 3
     at_end: bool = True
 
     def __post_init__(self) -> None:
-        if self.interval_frames < 0:
+        if self.interval_frames is not None and self.interval_frames < 0:
             raise ValueError(f"interval_frames: must be >= 0, got {self.interval_frames!r}")
+        if self.interval_s < 0:
+            raise ValueError(f"interval_s: must be >= 0, got {self.interval_s!r}")
         if self.keep < 1:
             raise ValueError(f"keep: must be >= 1, got {self.keep!r}")
+
+    def frames_interval(self, total_frames: int) -> int:
+        """Frames between checkpoints for a run of ``total_frames`` (0: none by frames)."""
+        if self.interval_frames is None:
+            return max(total_frames // 4, 1)
+        return self.interval_frames
 
 
 @dataclasses.dataclass(frozen=True)

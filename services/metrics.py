@@ -43,6 +43,30 @@ METRICS: tuple[tuple[str, str, tuple[str, ...], str], ...] = (
         (),
         "Collector deaths (each restarted by Ray; its rollout is not counted).",
     ),
+    (
+        "replay_restarts_total",
+        "counter",
+        (),
+        "Replay shards found restarted by Ray (each refilled from the latest checkpoint).",
+    ),
+    (
+        "replay_items_lost_total",
+        "counter",
+        (),
+        "Items restarted replay shards held at their last health report.",
+    ),
+    (
+        "env_errors_total",
+        "counter",
+        (),
+        "Env exceptions inside rollouts (envs rebuilt, rollout not counted).",
+    ),
+    (
+        "nonfinite_steps_total",
+        "counter",
+        (),
+        "Optimizer steps skipped for a non-finite loss or gradient.",
+    ),
     ("episodes_total", "counter", (), "Finished episodes."),
     ("model_version", "gauge", (), "Learner model version (optimizer steps in the lineage)."),
     ("published_version", "gauge", (), "Version of the newest published weights."),
@@ -216,6 +240,10 @@ class MetricsExporter:
         m("updates_per_second").set(snapshot["updates_per_s"])
         m("update_to_data_ratio").set(c.optim_steps / max(c.collected_frames, 1))
         self._advance("collector_restarts_total", c.collector_failures)
+        self._advance("replay_restarts_total", c.replay_restarts)
+        self._advance("replay_items_lost_total", c.replay_items_lost)
+        self._advance("env_errors_total", c.env_errors)
+        self._advance("nonfinite_steps_total", c.nonfinite_steps)
         for shard in snapshot.get("replay", []):
             label = str(shard["shard_id"])
             m("replay_size", shard=label).set(shard["size"])

@@ -24,6 +24,11 @@ class RunCounters:
         episodes: Finished episodes.
         collector_failures: Rollouts lost to dead collectors (not counted).
         external_frames: Frames of ``collected_frames`` written by external actors (gRPC).
+        replay_restarts: Replay shards found restarted (each came back empty).
+        replay_items_lost: Items the restarted shards held at their last health report.
+        replay_items_refilled: Items put back into restarted shards from a checkpoint.
+        env_errors: Env exceptions inside rollouts (envs rebuilt, rollout not counted).
+        nonfinite_steps: Optimizer steps skipped for a non-finite loss or gradient.
     """
 
     collected_frames: int = 0
@@ -37,6 +42,11 @@ class RunCounters:
     episodes: int = 0
     collector_failures: int = 0
     external_frames: int = 0
+    replay_restarts: int = 0
+    replay_items_lost: int = 0
+    replay_items_refilled: int = 0
+    env_errors: int = 0
+    nonfinite_steps: int = 0
 
 
 class EpisodeWindow:

@@ -93,11 +93,11 @@ class OnPolicyLoop:
                 logger.warning(
                     "iteration %d: a collector died; collecting it again", self.iteration
                 )
-                c.replay.clear()
+                c.clear_replay()
                 continue
             if transitions and self._learn(transitions):
                 self.iteration += 1
-            c.replay.clear()
+            c.clear_replay()
             c.progress()
 
     def state_dict(self) -> dict:
