@@ -29,6 +29,7 @@ import ray
 from collector.config import INLINE_WRITE_ENV
 from services.checkpoint import CheckpointError
 from services.config import ConfigError, RunConfig, load_config
+from services.embedded import own_process_group
 from services.placement import PlacementError
 from services.progress import ProgressReporter
 from services.resume import resolve_resume
@@ -84,14 +85,15 @@ def init_ray(*configs: RunConfig) -> None:
     # Every process of the embedded cluster inherits the collectors' inline-write limit, so
     # collectors start in prestarted workers instead of dedicated ones (see collector.group).
     os.environ.update(INLINE_WRITE_ENV)
-    ray.init(
-        address="local",  # never attach to a `ray start` cluster found on this machine
-        num_cpus=max(os.cpu_count() or 1, math.ceil(sum(logical_cpus(c) for c in configs))),
-        num_gpus=gpus or None,
-        include_dashboard=False,
-        namespace="relayrl",
-        _node_ip_address="127.0.0.1",
-    )
+    with own_process_group():  # a signal to the driver's process group spares the cluster
+        ray.init(
+            address="local",  # never attach to a `ray start` cluster found on this machine
+            num_cpus=max(os.cpu_count() or 1, math.ceil(sum(logical_cpus(c) for c in configs))),
+            num_gpus=gpus or None,
+            include_dashboard=False,
+            namespace="relayrl",
+            _node_ip_address="127.0.0.1",
+        )
 
 
 def install_signal_handlers(controller) -> None:

@@ -4,9 +4,11 @@ Each run is CI-sized; the fault is injected from a controller hook at a known po
 (the first checkpoint, the Nth receipt), so nothing waits on wall-clock sleeps.
 """
 
+import json
 import os
 import re
 import signal
+import subprocess
 import threading
 import time
 from pathlib import Path
@@ -22,6 +24,7 @@ from services.checkpoint import latest_valid
 from services.config import load_config
 from services.controller import Controller
 from services.faults import ComponentFailure, CrashLoop
+from tests.conftest import PYTHON, ROOT, cli_env
 
 SMALL = [
     "collector.num_collectors=2",
@@ -273,3 +276,43 @@ def test_a_non_finite_loss_skips_the_step_and_is_counted():
     good = stepper.step(loss, TensorDict({"x": x, "scale": torch.ones(4)}, [4]))
     assert good["nonfinite_skipped"].item() == 0.0
     assert not all(torch.equal(a, b) for a, b in zip(before, net.parameters(), strict=True))
+
+
+# -- signals -------------------------------------------------------------------------------------
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_to_the_whole_process_group_stops_cleanly_within_15_s(tmp_path, signum):
+    process = subprocess.Popen(
+        [
+            PYTHON,
+            "-m",
+            "services.train",
+            "--set",
+            "controller.total_frames=1000000",
+            "--set",
+            "controller.log_interval_s=0.5",
+            "--set",
+            f"run.dir={tmp_path}",
+            "--set",
+            "metrics.enabled=false",
+        ],
+        cwd=ROOT,
+        env=cli_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        start_new_session=True,  # its own process group, as under a shell or a supervisor
+    )
+    try:
+        for line in process.stdout:
+            if line.startswith("frames ") and "return -" not in line:
+                os.killpg(process.pid, signum)  # the driver and everything in its group
+                break
+        out = process.stdout.read()
+        assert process.wait(timeout=15) == 0
+    finally:
+        process.kill()
+    summary = json.loads(out.strip().splitlines()[-1])
+    assert summary["stopped_early"] is True and summary["stop_reason"] == f"signal {int(signum)}"
+    path, manifest = latest_valid(tmp_path / "checkpoints")
+    assert str(path) == summary["checkpoint"]
+    assert manifest["counters"]["collected_frames"] == summary["frames"]
