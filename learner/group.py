@@ -122,9 +122,29 @@ class LearnerGroup:
         )
         try:
             self.address, self.port = join_ranks(self.ranks, config)
+            self.nodes = ray.get(
+                [r.node_address.remote() for r in self.ranks], timeout=config.setup_timeout_s
+            )
         except Exception:
             self.shutdown()
             raise
+
+    def culprits(self, refs: Sequence[ray.ObjectRef]) -> str:
+        """Names the ranks whose reply failed or is missing: ``learner-1 (node 10.0.0.2) died``."""
+        ready, _ = ray.wait(list(refs), num_returns=len(refs), timeout=0)
+        names = []
+        for rank, ref in enumerate(refs):
+            where = f"learner-{rank} (node {self.nodes[rank]})"
+            if ref not in ready:
+                names.append(f"{where} did not answer")
+                continue
+            try:
+                ray.get(ref, timeout=0)
+            except ray.exceptions.RayActorError:
+                names.append(f"{where} died")
+            except ray.exceptions.RayError:
+                names.append(f"{where} raised")
+        return ", ".join(names) or "no rank"
 
     # -- protocol ----------------------------------------------------------------------------
     def _ensure_usable(self) -> None:
@@ -200,7 +220,9 @@ class LearnerGroup:
         try:
             receipts = ray.get(list(pending.refs), timeout=self.config.command_timeout_s)
         except (ray.exceptions.RayError, TimeoutError) as err:
-            raise self._fail(f"round {pending.round_id}: {type(err).__name__}: {err}") from err
+            who = self.culprits(pending.refs)
+            reason = f"round {pending.round_id}: {who}: {type(err).__name__}: {err}"
+            raise self._fail(reason) from err
         try:
             receipt = verify_receipts(
                 receipts,

@@ -167,13 +167,14 @@ def recover_learners(controller, error: Exception) -> None:
     """A learner rank died: restore the group from the latest checkpoint as a new generation."""
     if controller.last_checkpoint is None:
         raise RuntimeError(
-            f"a learner rank died and there is no checkpoint to restore it from: {error}"
+            f"{error}; there is no checkpoint to restore the learners from yet (periodic "
+            "checkpoints: checkpoint.interval_frames, checkpoint.interval_s); stopping the run"
         ) from error
     logger.warning(
-        "learner generation %d failed (%s); restoring from %s",
-        controller.counters.generation,
+        "%s; restoring the learners from %s as generation %d",
         error,
         controller.last_checkpoint,
+        controller.counters.generation + 1,
     )
     controller.pending_round = None
     controller.learners.shutdown()

@@ -94,7 +94,9 @@ def hanging_cartpole(marker: str, hang_at: int) -> gym.Env:
 
 
 # -- replay shard ---------------------------------------------------------------------------
-def test_killed_replay_shard_is_restarted_refilled_and_the_run_completes(ray_cluster, tmp_path):
+def test_killed_replay_shard_is_restarted_refilled_and_the_run_completes(
+    ray_cluster, tmp_path, caplog
+):
     config = small_config(
         "flt-shard",
         "controller.total_frames=6000",
@@ -117,6 +119,10 @@ def test_killed_replay_shard_is_restarted_refilled_and_the_run_completes(ray_clu
         assert killed
         assert c.replay_restarts == 1 and c.replay_items_lost > 0
         assert c.replay_items_refilled > 0  # from the checkpoint cut before the kill
+        pid = killed["pid"]
+        assert re.search(
+            rf"replay-1 \(node [\d.]+/\w{{8}}, pid {pid}\) died; Ray restarted", caplog.text
+        )
         assert c.generation == 0 and c.collector_failures == 0  # nobody else was blamed
         assert c.collected_frames >= 6000
         assert collector_frames(controller) == c.transitions  # every written frame counted
@@ -131,7 +137,7 @@ def test_killed_replay_shard_is_restarted_refilled_and_the_run_completes(ray_clu
 
 
 # -- learner rank -------------------------------------------------------------------------------
-def test_killed_learner_rank_is_restored_as_a_new_generation(ray_cluster, tmp_path):
+def test_killed_learner_rank_is_restored_as_a_new_generation(ray_cluster, tmp_path, caplog):
     config = small_config(
         "flt-rank",
         "controller.total_frames=4000",
@@ -153,6 +159,9 @@ def test_killed_learner_rank_is_restored_as_a_new_generation(ray_cluster, tmp_pa
         controller.train()
         c = controller.counters
         assert killed and c.generation == 1
+        assert re.search(
+            r"learner-0 \(node [\d.]+\) died.*restoring the learners", caplog.text, re.S
+        )
         assert published == sorted(published)  # (generation, version) never goes back
         assert c.model_version == c.optim_steps == controller.loop.steps_target()
         assert collector_frames(controller) == c.transitions
