@@ -121,6 +121,19 @@ class ReplayClient:
                 self.down[shard] = (None, sent)
         return back
 
+    def revive(self, timeout: float) -> list[int]:
+        """Asks every shard that is down, and waits; returns those that answered (now live)."""
+        refs = {shard: self.shards[shard].info.remote() for shard in self.down}
+        back = []
+        for shard, ref in refs.items():
+            try:
+                self.infos[shard] = ray.get(ref, timeout=timeout)
+            except (*SHARD_FAILURES, ray.exceptions.GetTimeoutError):
+                continue
+            del self.down[shard]
+            back.append(shard)
+        return back
+
     def _get(self, shard: int, ref: ray.ObjectRef):
         """``ray.get`` of one shard's reply; None (and the shard marked down) if it failed."""
         try:

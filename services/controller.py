@@ -234,6 +234,7 @@ class Controller:
             return None
         for event in self.shard_monitor.check_now(self.config.replay.restart_timeout_s):
             self._refill_shard(event)  # a cut must not capture a restarted shard as empty
+        self.replay.revive(self.config.replay.restart_timeout_s)  # the driver's view of them
         try:
             with self.inbox.barrier(self):  # gRPC: external writes held and counted for the cut
                 return save_cut(self, self.checkpoints)
