@@ -28,6 +28,9 @@ class ReplayConfig:
         storage: ``memory`` (preallocated in RAM) or ``mmap`` (memory-mapped ``.npy`` files under
             ``mmap_dir``, for replays larger than RAM).
         mmap_dir: Directory of the memory-mapped storage (required with ``storage: mmap``).
+        frame_stack: 0 stores transitions as written; ``S >= 1`` stores each pixel frame once
+            and rebuilds ``S``-frame stacks at sample time (``replay.frames``; the collectors
+            then write frame streams). Set it to the env's frame stack, e.g. 4 for Atari.
     """
 
     # Size and placement
@@ -44,6 +47,7 @@ class ReplayConfig:
     # Storage
     storage: str = "memory"
     mmap_dir: str | None = None
+    frame_stack: int = 0
 
     def __post_init__(self) -> None:
         checks = [
@@ -67,6 +71,7 @@ class ReplayConfig:
                 "required when storage is 'mmap'",
                 self.mmap_dir,
             ),
+            (self.frame_stack >= 0, "frame_stack", "must be >= 0 (0: off)", self.frame_stack),
         ]
         for ok, field, rule, value in checks:
             if not ok:

@@ -36,6 +36,8 @@ class ReplayShard:
         alpha: Prioritization exponent (``prioritized``).
         fifo_shuffle: Hand out FIFO passes in random order (``fifo``).
         mmap_dir: Memory-map the storage from files under ``<mmap_dir>/shard-<i>-<tag>/``.
+        frame_stack: Store frame-stream writes and rebuild stacks of this many frames
+            (``replay.frames``; 0: store writes as they come).
     """
 
     def __init__(
@@ -48,6 +50,7 @@ class ReplayShard:
         alpha: float = 0.6,
         fifo_shuffle: bool = False,
         mmap_dir: str | None = None,
+        frame_stack: int = 0,
     ) -> None:
         self.shard_id = shard_id
         self.mmap_root = None if mmap_dir is None else Path(mmap_dir)
@@ -60,6 +63,7 @@ class ReplayShard:
             alpha=alpha,
             fifo_shuffle=fifo_shuffle,
             mmap_dir=self._fresh_mmap_dir(),
+            frame_stack=frame_stack,
         )
 
     def _fresh_mmap_dir(self) -> Path | None:
@@ -159,6 +163,7 @@ def remote_shard(
     alpha: float = 0.6,
     fifo_shuffle: bool = False,
     mmap_dir: str | None = None,
+    frame_stack: int = 0,
     scheduling_strategy=None,
 ) -> ray.actor.ActorHandle:
     """Starts a named ReplayShard actor ``<run>.replay-<i>`` in namespace ``relayrl``.
@@ -175,7 +180,14 @@ def remote_shard(
         scheduling_strategy=scheduling_strategy,
     )
     return actor_cls.remote(
-        shard_id, capacity, sampler, seed, alpha=alpha, fifo_shuffle=fifo_shuffle, mmap_dir=mmap_dir
+        shard_id,
+        capacity,
+        sampler,
+        seed,
+        alpha=alpha,
+        fifo_shuffle=fifo_shuffle,
+        mmap_dir=mmap_dir,
+        frame_stack=frame_stack,
     )
 
 
@@ -204,6 +216,7 @@ def remote_shards(
             alpha=config.alpha,
             fifo_shuffle=config.fifo_shuffle,
             mmap_dir=config.mmap_dir if config.storage == "mmap" else None,
+            frame_stack=config.frame_stack,
             scheduling_strategy=scheduling[i],
         )
         for i in range(config.num_shards)

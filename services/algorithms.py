@@ -23,6 +23,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import gymnasium as gym
+import numpy as np
 
 from collector.config import OnPolicyTransform
 
@@ -96,10 +97,31 @@ def _flat_box(config, obs_space: gym.Space) -> int:
     return int(obs_space.shape[0])
 
 
+def _pixels(obs_space: gym.Space) -> bool:
+    """Stacked uint8 frames ``[S, H, W]`` (e.g. ``collector.atari``)."""
+    return (
+        isinstance(obs_space, gym.spaces.Box)
+        and len(obs_space.shape) == 3
+        and obs_space.dtype == np.uint8
+    )
+
+
 # The spec builders import torch-based modules on use: validating a config needs no torch.
 def _q_network(config, obs_space: gym.Space, action_space: gym.Space):
     from collector.policy import ModelSpec
 
+    if _pixels(obs_space):
+        from collector.cnn import PixelQSpec
+
+        stack, height, width = (int(x) for x in obs_space.shape)
+        return PixelQSpec(
+            stack,
+            height,
+            width,
+            int(action_space.n),
+            config.learner.pixel_torso,
+            config.learner.dueling,
+        )
     obs_dim = _flat_box(config, obs_space)
     return ModelSpec(
         obs_dim, int(action_space.n), config.learner.hidden_sizes, dueling=config.learner.dueling
@@ -344,5 +366,17 @@ def check_spaces(config, obs_space: gym.Space, action_space: gym.Space) -> None:
         raise AlgorithmConfigError(
             f"collector.env_id: {algo.name} needs a Discrete or flat Box action space, "
             f"{config.collector.env_id} has {action_space}"
+        )
+    if algo.name == "dqn" and _pixels(obs_space):
+        if config.replay.frame_stack not in (0, obs_space.shape[0]):
+            raise AlgorithmConfigError(
+                f"replay.frame_stack: must be 0 or the env's frame stack "
+                f"{obs_space.shape[0]}, got {config.replay.frame_stack}"
+            )
+        return  # the Q-network is a CNN over the frames (collector.cnn)
+    if config.replay.frame_stack:
+        raise AlgorithmConfigError(
+            f"replay.frame_stack: needs stacked uint8 frames [S, H, W] and algorithm dqn, "
+            f"{config.collector.env_id} has {obs_space}; got {config.replay.frame_stack}"
         )
     _flat_box(config, obs_space)

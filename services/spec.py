@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gymnasium as gym
 
+from collector.env import is_factory_path, resolve_factory
 from services.algorithms import AlgorithmConfigError, check_spaces, spec_for
 from services.config import ConfigError, RunConfig
 
@@ -18,9 +19,14 @@ def env_spaces(config: RunConfig) -> Spaces:
     """
     env_id = config.collector.env_id
     try:
-        env = gym.make(env_id, **config.collector.env_kwargs)
-    except gym.error.Error as err:
+        if is_factory_path(env_id):
+            env = resolve_factory(env_id)(**config.collector.env_kwargs)
+        else:
+            env = gym.make(env_id, **config.collector.env_kwargs)
+    except (gym.error.Error, ValueError) as err:
         raise ConfigError(f"collector.env_id: cannot make {env_id!r}: {err}") from None
+    except ImportError as err:  # an env needing an optional extra says which (collector.atari)
+        raise ConfigError(f"collector.env_id: {env_id!r}: {err}") from None
     try:
         spaces = env.observation_space, env.action_space
     finally:
