@@ -83,6 +83,9 @@ class Algorithm:
         """
         if frames < config.controller.init_random_frames:
             return {"random": True, "epsilon": 1.0} if self.epsilon_greedy else {"random": True}
+        if self.epsilon_greedy and config.collector.epsilon_schedule == "apex":
+            epsilons = config.collector.apex_epsilons()  # each collector takes its own
+            return {"epsilon": sum(epsilons) / len(epsilons), "epsilons": epsilons}
         if self.epsilon_greedy:
             return {"epsilon": config.collector.epsilon(frames)}
         return {}

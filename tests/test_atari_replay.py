@@ -92,9 +92,7 @@ def test_rebuilt_stacks_equal_the_env_stacks_across_wraparound(rollouts, tmp_pat
     assert table.storage.live(sample["index"]).all()
     picked = total - capacity + (sample["index"] - total) % capacity
     np.testing.assert_array_equal(sample["observation"], reference["observation"][picked])
-    np.testing.assert_array_equal(
-        sample["next_observation"], reference["next_observation"][picked]
-    )
+    np.testing.assert_array_equal(sample["next_observation"], reference["next_observation"][picked])
 
 
 def test_memory_per_transition_is_about_one_frame(rollouts):
