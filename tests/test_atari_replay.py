@@ -18,11 +18,12 @@ NUM_ENVS, STEPS, ROLLOUTS, N_STEP = 2, 24, 6, 3
 class UniformActions:
     """A collector policy drawing uniform actions from its own generator."""
 
-    def __init__(self, seed):
+    def __init__(self, seed, num_actions=6):
         self.rng = np.random.default_rng(seed)
+        self.num_actions = num_actions
 
     def act(self, obs, explore):
-        return self.rng.integers(0, 6, size=len(obs)), {}
+        return self.rng.integers(0, self.num_actions, size=len(obs)), {}
 
 
 def worker(frame_stack):
@@ -160,3 +161,38 @@ def test_malformed_frame_streams_are_refused_before_storing():
     with pytest.raises(SchemaError, match="frames"):
         table.write(missing, "w", 2)
     assert len(table) == 0 and table.storage.frame_count == 0
+
+
+def test_async_envs_with_lives_rebuild_exactly_across_terminations():
+    # Breakout has 5 lives: episodic life ends an episode (terminated) at each one lost.
+    kwargs = {"game": "ALE/Breakout-v5", "noop_max": 5}
+    streamed = RolloutWorker(
+        make_vector_env(ENV, 2, mode="async", env_kwargs=kwargs),
+        UniformActions(3, num_actions=4),
+        [5, 6],
+        n_step=N_STEP,
+        frame_stack=4,
+    )
+    stacked = RolloutWorker(
+        make_vector_env(ENV, 2, env_kwargs=kwargs),
+        UniformActions(3, num_actions=4),
+        [5, 6],
+        n_step=N_STEP,
+    )
+    table = ReplayTable(2000, frame_stack=4)
+    try:
+        pairs = [
+            (
+                stacked.rollout(64, None, policy_version=0).transitions,
+                streamed.rollout(64, None, policy_version=0).transitions,
+            )
+            for _ in range(6)
+        ]
+    finally:
+        streamed.envs.close()
+        stacked.envs.close()
+    reference = fill(table, pairs)
+    assert reference["terminated"].any()  # lives lost inside the data
+    stored = table.storage.gather(np.arange(len(table)))
+    for key, value in reference.items():
+        np.testing.assert_array_equal(stored[key], value, err_msg=key)
