@@ -196,3 +196,27 @@ def test_async_envs_with_lives_rebuild_exactly_across_terminations():
     stored = table.storage.gather(np.arange(len(table)))
     for key, value in reference.items():
         np.testing.assert_array_equal(stored[key], value, err_msg=key)
+
+
+def test_a_learner_trains_on_uint8_stacks_from_a_frame_table(rollouts):
+    import torch
+
+    from collector.cnn import PixelQSpec
+    from learner.config import LearnerConfig
+    from learner.core import LearnerCore
+
+    table = ReplayTable(400, frame_stack=4, seed=1)
+    fill(table, rollouts)
+    torch.manual_seed(0)
+    core = LearnerCore(PixelQSpec(4, 84, 84, 6), LearnerConfig(global_batch_size=16))
+    batch = core.to_batch(table.sample(16))
+    assert batch["observation"].dtype == torch.uint8  # bytes until the network scales them
+    before = {k: v.clone() for k, v in core.weights().items()}
+    metrics = core.train([batch])
+    assert torch.isfinite(metrics["loss_q"])
+    assert any(not torch.equal(before[k], v) for k, v in core.weights().items())
+    # The IMPALA ResNet torso takes the same uint8 stacks.
+    impala = PixelQSpec(4, 84, 84, 6, torso="impala").build()
+    with torch.no_grad():
+        q_values = impala(batch["observation"][:2])
+    assert q_values.shape == (2, 6) and torch.isfinite(q_values).all()
