@@ -376,6 +376,12 @@ def check_spaces(config, obs_space: gym.Space, action_space: gym.Space) -> None:
                 f"replay.frame_stack: must be 0 or the env's frame stack "
                 f"{obs_space.shape[0]}, got {config.replay.frame_stack}"
             )
+        if config.replay.frame_stack and config.grpc.enabled:
+            raise AlgorithmConfigError(
+                "grpc.port: external actors insert stacked observations, which a "
+                "frame-deduplicated replay (replay.frame_stack) does not take; set "
+                f"replay.frame_stack=0 to serve them, got port {config.grpc.port}"
+            )
         return  # the Q-network is a CNN over the frames (collector.cnn)
     if config.replay.frame_stack:
         raise AlgorithmConfigError(

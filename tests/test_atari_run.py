@@ -94,3 +94,10 @@ def test_the_gpu_variant_is_refused_on_a_host_without_cuda(monkeypatch):
 def test_frame_stack_is_refused_for_flat_observations():
     with pytest.raises(ConfigError, match=r"replay\.frame_stack"):
         env_spaces(load_config(overrides=["replay.frame_stack=4"]))
+
+
+def test_external_inserts_are_refused_with_frame_deduplicated_replay():
+    config = load_config(CONFIG, ["grpc.port=0"])  # 0: an OS-chosen port, nothing binds here
+    with pytest.raises(ConfigError, match=r"grpc\.port: .*replay\.frame_stack"):
+        env_spaces(config)
+    env_spaces(load_config(CONFIG, ["grpc.port=0", "replay.frame_stack=0"]))
