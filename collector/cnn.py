@@ -120,3 +120,81 @@ class PixelQSpec:
     def make_policy(self, network: nn.Module, seed: np.random.SeedSequence) -> EpsilonGreedy:
         """Epsilon-greedy over the network (uint8 frames go in as they are)."""
         return EpsilonGreedy(network, self.num_actions, np.random.default_rng(seed))
+
+
+@dataclasses.dataclass(frozen=True)
+class PixelActorCriticSpec:
+    """A categorical actor-critic over ``[frame_stack, height, width]`` uint8 frames (PPO, A2C).
+
+    One convolutional torso feeds a policy head (logits) and a value head, as in the PPO Atari
+    setups of Schulman et al. (2017) and CleanRL; the collector policy is
+    :class:`collector.stochastic.StochasticActor`, which stores ``log_prob`` and ``value``.
+
+    Attributes:
+        frame_stack: Frames per observation (input channels).
+        height: Frame height.
+        width: Frame width.
+        num_actions: Number of discrete actions.
+        torso: ``nature`` or ``impala``.
+
+    Examples:
+        >>> spec = PixelActorCriticSpec(4, 84, 84, 6)
+        >>> policy = spec.make_policy(spec.build(), np.random.SeedSequence(0))
+        >>> actions, extras = policy.act(np.zeros((2, 4, 84, 84), np.uint8), {})
+        >>> actions.shape, sorted(extras)
+        ((2,), ['log_prob', 'value'])
+    """
+
+    frame_stack: int
+    height: int
+    width: int
+    num_actions: int
+    torso: str = "nature"
+    distribution: str = dataclasses.field(default="categorical", init=False)
+    squash: bool = dataclasses.field(default=False, init=False)
+
+    def __post_init__(self) -> None:
+        if self.torso not in TORSOS:
+            raise ValueError(f"pixel_torso: must be one of {TORSOS}, got {self.torso!r}")
+
+    def build(self) -> PixelActorCritic:
+        """Returns a freshly initialized module (uses torch's global RNG)."""
+        return PixelActorCritic(self)
+
+    def make_policy(self, network: PixelActorCritic, seed: np.random.SeedSequence):
+        """The sampling policy collectors run with this module."""
+        from collector.stochastic import StochasticActor
+
+        return StochasticActor(network, seed)
+
+
+class PixelActorCritic(nn.Module):
+    """A shared torso with policy and value heads; ``forward(obs) -> (logits, value)``."""
+
+    def __init__(self, spec: PixelActorCriticSpec) -> None:
+        super().__init__()
+        self.spec = spec
+        if spec.torso == "nature":
+            convs, hidden = nature_torso(spec.frame_stack), 512
+        else:
+            convs, hidden = impala_torso(spec.frame_stack), 256
+        with torch.no_grad():
+            flat = convs(torch.zeros(1, spec.frame_stack, spec.height, spec.width)).shape[1]
+        self.torso = nn.Sequential(PixelScale(), convs, nn.Linear(flat, hidden), nn.ReLU())
+        self.policy_head = nn.Linear(hidden, spec.num_actions)
+        self.value_head = nn.Linear(hidden, 1)
+        nn.init.orthogonal_(self.policy_head.weight, 0.01)
+        nn.init.zeros_(self.policy_head.bias)
+
+    def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Returns the logits ``[n, num_actions]`` and the value ``[n]``."""
+        features = self.torso(obs)
+        return self.policy_head(features), self.value_head(features).squeeze(-1)
+
+    def critic(self, obs: torch.Tensor) -> torch.Tensor:
+        """The value ``[n, 1]`` (the collector bootstraps truncations with it)."""
+        return self.value_head(self.torso(obs))
+
+    def distribution(self, logits: torch.Tensor) -> torch.distributions.Categorical:
+        """The categorical action distribution of the logits."""
+        return torch.distributions.Categorical(logits=logits)

@@ -27,6 +27,8 @@ import numpy as np
 
 from collector.config import OnPolicyTransform
 
+# Algorithms whose networks take stacked uint8 frames [S, H, W] (collector.cnn).
+PIXEL_ALGORITHMS = ("dqn", "ppo", "a2c")
 SpecBuilder = Callable[[Any, gym.Space, gym.Space], Any]
 
 
@@ -134,6 +136,13 @@ def _q_network(config, obs_space: gym.Space, action_space: gym.Space):
 def _actor_critic(config, obs_space: gym.Space, action_space: gym.Space):
     from collector.stochastic import ActorCriticSpec
 
+    if _pixels(obs_space):
+        from collector.cnn import PixelActorCriticSpec
+
+        stack, height, width = (int(x) for x in obs_space.shape)
+        return PixelActorCriticSpec(
+            stack, height, width, int(action_space.n), config.learner.pixel_torso
+        )
     obs_dim = _flat_box(config, obs_space)
     if isinstance(action_space, gym.spaces.Discrete):
         return ActorCriticSpec(
@@ -370,6 +379,13 @@ def check_spaces(config, obs_space: gym.Space, action_space: gym.Space) -> None:
             f"collector.env_id: {algo.name} needs a Discrete or flat Box action space, "
             f"{config.collector.env_id} has {action_space}"
         )
+    if algo.name in PIXEL_ALGORITHMS and _pixels(obs_space) and not discrete:
+        raise AlgorithmConfigError(
+            f"collector.env_id: {algo.name} on pixels needs a discrete action space, "
+            f"{config.collector.env_id} has {action_space}"
+        )
+    if algo.name in ("ppo", "a2c") and _pixels(obs_space) and not config.replay.frame_stack:
+        return  # a categorical actor-critic with a CNN torso (collector.cnn)
     if algo.name == "dqn" and _pixels(obs_space):
         if config.replay.frame_stack not in (0, obs_space.shape[0]):
             raise AlgorithmConfigError(
@@ -385,7 +401,8 @@ def check_spaces(config, obs_space: gym.Space, action_space: gym.Space) -> None:
         return  # the Q-network is a CNN over the frames (collector.cnn)
     if config.replay.frame_stack:
         raise AlgorithmConfigError(
-            f"replay.frame_stack: needs stacked uint8 frames [S, H, W] and algorithm dqn, "
+            f"replay.frame_stack: needs stacked uint8 frames [S, H, W] and algorithm dqn "
+            "(on-policy tables keep stacks), "
             f"{config.collector.env_id} has {obs_space}; got {config.replay.frame_stack}"
         )
     _flat_box(config, obs_space)

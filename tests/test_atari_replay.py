@@ -220,3 +220,35 @@ def test_a_learner_trains_on_uint8_stacks_from_a_frame_table(rollouts):
     with torch.no_grad():
         q_values = impala(batch["observation"][:2])
     assert q_values.shape == (2, 6) and torch.isfinite(q_values).all()
+
+
+def test_ppo_trains_a_pixel_actor_critic_on_pong_rollouts():
+    import torch
+
+    from collector.cnn import PixelActorCriticSpec
+    from collector.onpolicy import OnPolicyTransform, OnPolicyWorker
+    from learner.config import LearnerConfig
+    from learner.core import LearnerCore
+
+    spec = PixelActorCriticSpec(4, 84, 84, 6)
+    torch.manual_seed(0)
+    network = spec.build()
+    envs = make_vector_env(ENV, 2, env_kwargs=ENV_KWARGS, autoreset="same_step")
+    worker = OnPolicyWorker(
+        envs,
+        spec.make_policy(network, np.random.SeedSequence(1)),
+        [1, 2],
+        OnPolicyTransform(kind="gae"),
+    )
+    try:
+        batch = worker.rollout(16, None, policy_version=0).transitions
+    finally:
+        envs.close()
+    assert batch["observation"].shape == (32, 4, 84, 84)
+    assert {"log_prob", "value", "advantage", "value_target"} <= set(batch)
+    core = LearnerCore(spec, LearnerConfig(loss="ppo", global_batch_size=32))
+    core.policy_network.load_state_dict(network.state_dict())
+    before = {k: v.clone() for k, v in core.weights().items()}
+    metrics = core.train([core.to_batch(batch)])
+    assert torch.isfinite(metrics["loss_objective"]) and torch.isfinite(metrics["loss_critic"])
+    assert any(not torch.equal(before[k], v) for k, v in core.weights().items())

@@ -101,3 +101,19 @@ def test_external_inserts_are_refused_with_frame_deduplicated_replay():
     with pytest.raises(ConfigError, match=r"grpc\.port: .*replay\.frame_stack"):
         env_spaces(config)
     env_spaces(load_config(CONFIG, ["grpc.port=0", "replay.frame_stack=0"]))
+
+
+def test_ppo_on_pong_builds_a_pixel_actor_critic_and_keeps_stacks():
+    from collector.cnn import PixelActorCriticSpec
+    from services.spec import model_spec_for
+
+    pong = [
+        "algorithm=ppo",
+        "collector.env_id=collector.atari:make_atari",
+        "collector.frame_skip=4",
+    ]
+    spec = model_spec_for(load_config(overrides=[*pong, "learner.pixel_torso=impala"]))
+    assert isinstance(spec, PixelActorCriticSpec)
+    assert (spec.frame_stack, spec.num_actions, spec.torso) == (4, 6, "impala")
+    with pytest.raises(ConfigError, match=r"replay\.frame_stack: .*on-policy tables keep stacks"):
+        env_spaces(load_config(overrides=[*pong, "replay.frame_stack=4"]))
