@@ -7,6 +7,7 @@ import pytest
 
 from services.config import ConfigError, load_config
 from services.controller import Controller
+from services.metrics import MetricsExporter
 from services.spec import check_local_gpus, env_spaces
 from tests.conftest import ROOT
 
@@ -35,6 +36,8 @@ def test_pong_run_counts_every_frame_once_in_about_one_frame_of_memory(ray_clust
         ],
     )
     controller = Controller(config)
+    exporter = MetricsExporter(port=0, run_id="pong")  # 0: an OS-chosen port
+    exporter.attach(controller)
     rollouts, rounds, explore = [], [], []
     controller.register("rollout", lambda c, r: rollouts.append(r))
     controller.register("round", lambda c, r: rounds.append(r))
@@ -50,6 +53,7 @@ def test_pong_run_counts_every_frame_once_in_about_one_frame_of_memory(ray_clust
         summary = controller.run()
     finally:
         controller.shutdown()
+        exporter.close()
     stats, sample = final["stats"], final["sample"]
     # Frames are emulator frames: 4 per stored transition, counted once from receipts.
     assert summary["frames"] == 4 * summary["transitions"] >= FRAMES
@@ -60,6 +64,10 @@ def test_pong_run_counts_every_frame_once_in_about_one_frame_of_memory(ray_clust
     assert "loss_q" in rounds[-1].metrics
     # Each collector explored with its own Ape-X epsilon once learning began.
     assert explore[-1]["epsilons"] == pytest.approx((0.4, 0.4**8))
+    exported = exporter.registry.get_sample_value(
+        "relayrl_exploration", {"run": "pong", "param": "epsilons[1]"}
+    )
+    assert exported == pytest.approx(0.4**8)  # Prometheus shows every collector's epsilon
     # About one 84x84 frame per transition held, instead of the 8 of stacked pairs (56,448 B).
     per_transition = sum(s["bytes"] for s in stats) / sum(s["size"] for s in stats)
     assert 84 * 84 < per_transition < 8000
