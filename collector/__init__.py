@@ -13,6 +13,10 @@ Layout:
     * ``squashed``: :class:`SquashedGaussianSpec`, SAC's tanh-Gaussian actor and its policy
       (uniform random actions during warm-up).
     * ``nstep``: :class:`NStepBuffer`, n-step windows built collector-side (off-policy).
+    * ``atari``: :func:`make_atari`, Atari envs with the DQN preprocessing (``atari`` extra);
+      ``cnn``: :class:`PixelQSpec`, the Nature-DQN CNN or IMPALA ResNet over uint8 stacks;
+      ``framestream``: :class:`FrameStreamBuffer`, n-step transitions written as frame streams
+      for frame-deduplicated replay (``replay.frame_stack``).
     * ``advantages``: :func:`gae` and :func:`returns_to_go`, pure and hand-checked.
     * ``episodes``: :class:`EpisodeTracker`, per-env returns and lengths across rollouts.
     * ``rollout``: :class:`RolloutWorker`, the off-policy pure core (no Ray).
@@ -86,6 +90,9 @@ import importlib
 # does not import the whole package (torch.distributed, DDP, env machinery).
 _EXPORTS = {
     "EpisodeTracker": "collector.episodes",
+    "FrameStreamBuffer": "collector.framestream",
+    "PixelQSpec": "collector.cnn",
+    "make_atari": "collector.atari",
     "OnPolicyTransform": "collector.config",
     "OnPolicyWorker": "collector.onpolicy",
     "SquashedGaussianSpec": "collector.squashed",

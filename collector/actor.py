@@ -96,6 +96,8 @@ class Collector:
         transform: An :class:`OnPolicyTransform` makes this an on-policy collector
             (``SAME_STEP`` envs, fixed-length or whole-episode rollouts with advantages, see
             ``collector.onpolicy``); None keeps off-policy n-step transitions.
+        frame_stack: Write observations as frame streams for a frame-deduplicated replay
+            (``replay.frames``; 0: stacked observations as they are).
     """
 
     def __init__(
@@ -112,6 +114,7 @@ class Collector:
         n_step: int = 1,
         gamma: float = 0.99,
         transform: OnPolicyTransform | None = None,
+        frame_stack: int = 0,
     ) -> None:
         torch.set_num_threads(1)
         self.collector_id = collector_id
@@ -140,7 +143,9 @@ class Collector:
         )
         envs = self._make_envs()
         if transform is None:
-            self.worker = RolloutWorker(envs, self.policy, seeds, n_step=n_step, gamma=gamma)
+            self.worker = RolloutWorker(
+                envs, self.policy, seeds, n_step=n_step, gamma=gamma, frame_stack=frame_stack
+            )
             self.transitions = f"nstep-{n_step}"
         else:
             self.worker = OnPolicyWorker(envs, self.policy, seeds, transform)
@@ -203,7 +208,8 @@ class Collector:
                 one) are taken; auto-reset steps and still-open n-step windows are not written
                 (``episodes`` rollouts run one complete episode per env instead).
             explore: Exploration parameters set by the driver (``{"epsilon": 0.1}``; a float
-                is an epsilon).
+                is an epsilon; ``{"epsilons": [...]}`` gives one epsilon per collector, of
+                which this one takes its own, as in Ape-X).
             weights: Optional newer ``PublishedWeights`` to apply before stepping.
         """
         with self._state:
@@ -272,6 +278,9 @@ class Collector:
 
         Writes leave in sequence order because one thread sends them all.
         """
+        if isinstance(explore, Mapping) and "epsilons" in explore:
+            epsilons = explore["epsilons"]
+            explore = {**explore, "epsilon": epsilons[self.collector_id % len(epsilons)]}
         fetched = None
         if weights is not None and self._is_newer(weights):
             fetched = ray.get(weights.ref)

@@ -8,6 +8,8 @@ from typing import Any
 
 from collector.env import VECTOR_MODES
 
+EPSILON_SCHEDULES = ("linear", "apex")
+
 # Replay writes up to this size travel inline in the write call (collector to shard over gRPC)
 # instead of through the object store. Ray's default cut is 100 KiB; an 8,192-frame CartPole
 # write is about 450 KiB, and taking it through the object store costs the raylet and both
@@ -63,6 +65,11 @@ class CollectorConfig:
         epsilon_start: Exploration rate at frame 0 (annealed by the driver).
         epsilon_end: Exploration rate after ``epsilon_anneal_frames``.
         epsilon_anneal_frames: Frames over which epsilon decays linearly.
+        epsilon_schedule: ``linear`` (every collector uses the annealed epsilon above) or
+            ``apex`` (Horgan et al., 2018: collector ``i`` of ``N`` keeps the fixed
+            ``apex_epsilon ** (1 + apex_alpha * i / (N - 1))`` after ``init_random_frames``).
+        apex_epsilon: Base of the Ape-X epsilons.
+        apex_alpha: Exponent spread of the Ape-X epsilons.
     """
 
     # Environments
@@ -89,6 +96,9 @@ class CollectorConfig:
     epsilon_start: float = 1.0
     epsilon_end: float = 0.01
     epsilon_anneal_frames: int = 10_000
+    epsilon_schedule: str = "linear"
+    apex_epsilon: float = 0.4
+    apex_alpha: float = 7.0
 
     def __post_init__(self) -> None:
         checks = [
@@ -162,10 +172,30 @@ class CollectorConfig:
                 "must be >= 0",
                 self.epsilon_anneal_frames,
             ),
+            (
+                self.epsilon_schedule in EPSILON_SCHEDULES,
+                "epsilon_schedule",
+                f"must be one of {EPSILON_SCHEDULES}",
+                self.epsilon_schedule,
+            ),
+            (0 < self.apex_epsilon <= 1, "apex_epsilon", "must be in (0, 1]", self.apex_epsilon),
+            (self.apex_alpha >= 0, "apex_alpha", "must be >= 0", self.apex_alpha),
         ]
         for ok, field, rule, value in checks:
             if not ok:
                 raise ValueError(f"{field}: {rule}, got {value!r}")
+
+    def apex_epsilons(self) -> tuple[float, ...]:
+        """Ape-X's per-collector epsilons ``eps ** (1 + alpha * i / (N - 1))``.
+
+        Examples:
+            >>> eps = CollectorConfig(num_collectors=3).apex_epsilons()
+            >>> [round(e, 5) for e in eps]
+            [0.4, 0.01619, 0.00066]
+        """
+        count = max(self.num_collectors, 1)
+        spread = [i / (count - 1) if count > 1 else 0.0 for i in range(count)]
+        return tuple(self.apex_epsilon ** (1 + self.apex_alpha * s) for s in spread)
 
     def epsilon(self, frames: int) -> float:
         """Linear epsilon schedule over collected frames.

@@ -84,6 +84,7 @@ class CollectorGroup:
         n_step: Steps per transition window.
         gamma: Discount of the n-step returns.
         transform: ``collector.onpolicy.OnPolicyTransform`` for on-policy collectors.
+        frame_stack: Write frame streams for a frame-deduplicated replay (0: off).
         scheduling: One scheduling strategy per collector (e.g. bundles of the run's placement
             group); None entries or None: Ray's default. A restarted collector keeps its own.
 
@@ -110,6 +111,7 @@ class CollectorGroup:
         n_step: int = 1,
         gamma: float = 0.99,
         transform=None,
+        frame_stack: int = 0,
         scheduling: Sequence | None = None,
     ) -> None:
         scheduling = list(scheduling) if scheduling is not None else [None] * num_collectors
@@ -129,6 +131,7 @@ class CollectorGroup:
                 n_step=n_step,
                 gamma=gamma,
                 transform=transform,
+                frame_stack=frame_stack,
                 scheduling_strategy=scheduling[i],
             )
             for i in range(num_collectors)

@@ -21,6 +21,7 @@ import numpy as np
 import torch
 
 from collector.episodes import CountsEpisodes, EpisodeTracker
+from collector.framestream import FrameStreamBuffer
 from collector.nstep import NStepBuffer
 
 
@@ -49,6 +50,8 @@ class RolloutWorker(CountsEpisodes):
     Keyword Args:
         n_step: Steps per transition window (1: one-step transitions).
         gamma: Discount of the n-step returns.
+        frame_stack: 0 keeps stacked observations in the transitions; ``S >= 1`` sends them as
+            a frame stream for frame-deduplicated replay (``collector.framestream``).
 
     Examples:
         >>> from collector.env import make_vector_env
@@ -69,11 +72,13 @@ class RolloutWorker(CountsEpisodes):
         *,
         n_step: int = 1,
         gamma: float = 0.99,
+        frame_stack: int = 0,
     ) -> None:
         self.envs = envs
         self.policy = policy
         self.num_envs = envs.num_envs
         self.nstep = NStepBuffer(n_step, gamma)
+        self.windows = FrameStreamBuffer(self.nstep, self.num_envs) if frame_stack else self.nstep
         space = envs.single_action_space
         self.action_bounds = (space.low, space.high) if isinstance(space, gym.spaces.Box) else None
         self.episodes_tracker = EpisodeTracker(self.num_envs)
@@ -85,7 +90,7 @@ class RolloutWorker(CountsEpisodes):
         self.obs, _ = self.envs.reset(seed=seeds)
         self.autoreset = np.zeros(self.num_envs, dtype=bool)
         self.episodes_tracker.reset()
-        self.nstep.clear()
+        self.windows.clear()
 
     def rollout(
         self, num_steps: int, explore, policy_version: int, *, seeds: list[int] | None = None
@@ -143,6 +148,6 @@ class RolloutWorker(CountsEpisodes):
             "policy_version": np.full((num_steps, n), policy_version, dtype=np.int64),
             **extra_bufs,
         }
-        batch = RolloutBatch(self.nstep.add(steps, obs_buf), returns, lengths)
+        batch = RolloutBatch(self.windows.add(steps, obs_buf), returns, lengths)
         self.frames += batch.frames
         return batch

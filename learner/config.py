@@ -15,6 +15,7 @@ OPTIMIZERS = ("adam", "adamw", "sgd", "rmsprop")
 GRAD_CLIPS = ("norm", "value", "none")
 PRECISIONS = ("fp32", "bf16", "fp16")
 LR_SCHEDULERS = ("none", "linear", "cosine")
+PIXEL_TORSOS = ("nature", "impala")
 _FACTORY_PATH = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
 
 
@@ -51,6 +52,9 @@ class LearnerConfig:
         gamma: Discount factor.
         double_dqn: Select bootstrap actions with the online network.
         dueling: Dueling Q-network heads (value and advantage streams).
+        pixel_torso: The convolutional torso of Q-networks over pixel frames (``[S, H, W]``
+            uint8 observations, e.g. Atari): ``nature`` (Nature-DQN CNN) or ``impala``
+            (IMPALA ResNet); see ``collector.cnn``.
         onpolicy: PPO, A2C and REINFORCE options (:class:`learner.options.OnPolicyOptions`).
         sac: SAC options (:class:`learner.options.SACOptions`).
         find_unused_parameters: DDP option for losses whose named methods use a subset of the
@@ -100,6 +104,7 @@ class LearnerConfig:
     gamma: float = 0.99
     double_dqn: bool = True
     dueling: bool = False
+    pixel_torso: str = "nature"
     find_unused_parameters: bool = False
     onpolicy: OnPolicyOptions = dataclasses.field(default_factory=OnPolicyOptions)
     sac: SACOptions = dataclasses.field(default_factory=SACOptions)
@@ -189,6 +194,12 @@ class LearnerConfig:
             "loss",
             f"must be one of {LOSSES} or a 'module:factory' path",
             self.loss,
+        )
+        _check(
+            self.pixel_torso in PIXEL_TORSOS,
+            "pixel_torso",
+            f"must be one of {PIXEL_TORSOS}",
+            self.pixel_torso,
         )
         _check(bool(self.priority_key), "priority_key", "must be non-empty", self.priority_key)
         _check(0 <= self.gamma <= 1, "gamma", "must be in [0, 1]", self.gamma)

@@ -94,7 +94,9 @@ class LearnerCore:
             if not value.flags.writeable:  # arrays straight from the object store are read-only
                 value = value.copy()
             tensor = torch.as_tensor(value)
-            if key in FLOAT_KEYS:
+            # uint8 pixels stay bytes until the network scales them on its device (4x less
+            # to copy to a GPU); other observations become float here.
+            if key in FLOAT_KEYS and tensor.dtype != torch.uint8:
                 tensor = tensor.float()
             tensors[key] = tensor
         n = len(next(iter(tensors.values())))

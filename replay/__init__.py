@@ -4,6 +4,10 @@ Layout:
     * ``storage``: :class:`CircularStorage`, a preallocated TensorDict ring buffer whose schema
       (keys, shapes, dtypes) is fixed by the first write, in RAM or memory-mapped ``.npy`` files
       (``storage: mmap``); mismatching writes are refused whole, naming the key.
+    * ``frames``: :class:`FrameStackStorage`, pixel replay that stores each frame once
+      (``replay.frame_stack: 4``): single uint8 frames in their own ring, stacks rebuilt at
+      sample time; collectors write frame streams (:func:`encode_stacks`) instead of stacked
+      ``observation`` / ``next_observation`` (about 7.5 KB per Atari transition instead of 56).
     * ``sumtree``: :class:`SumMinTree`, the numpy sum-tree + min-tree of prioritized sampling.
     * ``samplers``: ``uniform`` (with replacement), ``prioritized`` (proportional, ``alpha``) and
       ``fifo`` (each item exactly once per pass, for on-policy learners).
@@ -61,6 +65,7 @@ the next pass.
 
 from replay.client import ReplayClient
 from replay.config import ReplayConfig
+from replay.frames import FrameStackStorage, encode_stacks
 from replay.npyio import CheckpointError
 from replay.receipts import WriteReceipt
 from replay.samplers import (
@@ -81,6 +86,7 @@ __all__ = [
     "CircularStorage",
     "EmptyReplayError",
     "FifoSampler",
+    "FrameStackStorage",
     "PrioritizedSampler",
     "ReplayClient",
     "ReplayConfig",
@@ -90,6 +96,7 @@ __all__ = [
     "SumMinTree",
     "UniformSampler",
     "WriteReceipt",
+    "encode_stacks",
     "importance_weights",
     "remote_shard",
     "remote_shards",

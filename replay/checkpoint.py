@@ -4,6 +4,7 @@ A table's directory holds:
 
 * ``data-<i>.npy``: the filled rows of storage column ``i`` (slots ``[0, size)``);
 * ``insertion_id.npy``: the insertion id of each filled slot;
+* ``frames.npy`` (frame-deduplicated tables, ``replay.frames``): the filled frame slots;
 * ``sampler-<name>.npy``: sampler arrays (prioritized: the sum-tree leaves ``priority_mass``;
   fifo: the current pass);
 * ``table.json``, written last: format, capacity, cursor and counters, the schema, the sampler's
@@ -23,6 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
+from replay.frames import FrameStackStorage
 from replay.npyio import CheckpointError, read_array, read_json, write_array, write_json
 from replay.receipts import WriteReceipt
 from replay.table import ReplayTable
@@ -55,6 +57,13 @@ def dump_table(table: ReplayTable, directory: Path) -> dict:
     records["insertion_id.npy"] = write_array(
         directory / "insertion_id.npy", table.insertion_ids[:size]
     )
+    frames_meta = None
+    if isinstance(storage, FrameStackStorage) and storage.frames is not None:
+        filled = min(storage.frame_count, storage.frame_capacity)
+        records["frames.npy"] = write_array(directory / "frames.npy", storage.frames[:filled])
+        frames_meta = {"stack": storage.stack, "frame_count": storage.frame_count}
+    elif isinstance(storage, FrameStackStorage):
+        frames_meta = {"stack": storage.stack, "frame_count": 0}
     arrays, sampler_meta = table.sampler.state(size)
     sampler_files = {}
     for name, array in arrays.items():
@@ -71,6 +80,7 @@ def dump_table(table: ReplayTable, directory: Path) -> dict:
         "priority_updates": table.priority_updates,
         "stale_updates": table.stale_updates,
         "columns": columns,
+        "frames": frames_meta,
         "sampler": {"kind": table.sampler.kind, "meta": sampler_meta, "files": sampler_files},
         "dedup": {
             writer: {"seq": r.seq, "indices": r.indices.tolist(), "write_count": r.write_count}
@@ -121,6 +131,7 @@ def _restore(directory: Path, meta: dict, shard_id: int | None, mmap_dir) -> Rep
         alpha=sampler["meta"].get("alpha", 0.6),
         fifo_shuffle=sampler["meta"].get("shuffle", False),
         mmap_dir=mmap_dir,
+        frame_stack=(meta.get("frames") or {}).get("stack", 0),
     )
     storage = table.storage
     if meta["columns"]:
@@ -135,6 +146,11 @@ def _restore(directory: Path, meta: dict, shard_id: int | None, mmap_dir) -> Rep
             out = storage.columns[column["key"]][:size]
             read_array(directory / column["file"], records[column["file"]], out=out)
     storage.size, storage.cursor = size, int(meta["cursor"])
+    if meta.get("frames") and "frames.npy" in records:
+        record = records["frames.npy"]
+        storage.allocate_frames(tuple(record["shape"][1:]), np.dtype(record["dtype"]))
+        read_array(directory / "frames.npy", record, out=storage.frames[: record["shape"][0]])
+        storage.frame_count = int(meta["frames"]["frame_count"])
     ids_file = "insertion_id.npy"
     read_array(directory / ids_file, records[ids_file], out=table.insertion_ids[:size])
     arrays = {

@@ -32,6 +32,9 @@ class ReplayConfig:
             refills it from the latest checkpoint); one more death stops the run.
         health_interval_s: Seconds between the driver's health checks of the shards.
         restart_timeout_s: A shard down for longer stops the run.
+        frame_stack: 0 stores transitions as written; ``S >= 1`` stores each pixel frame once
+            and rebuilds ``S``-frame stacks at sample time (``replay.frames``; the collectors
+            then write frame streams). Set it to the env's frame stack, e.g. 4 for Atari.
     """
 
     # Size and placement
@@ -52,6 +55,7 @@ class ReplayConfig:
     max_restarts: int = 5
     health_interval_s: float = 1.0
     restart_timeout_s: float = 60.0
+    frame_stack: int = 0
 
     def __post_init__(self) -> None:
         checks = [
@@ -88,6 +92,7 @@ class ReplayConfig:
                 "required when storage is 'mmap'",
                 self.mmap_dir,
             ),
+            (self.frame_stack >= 0, "frame_stack", "must be >= 0 (0: off)", self.frame_stack),
         ]
         for ok, field, rule, value in checks:
             if not ok:

@@ -37,6 +37,8 @@ class ReplayShard:
         alpha: Prioritization exponent (``prioritized``).
         fifo_shuffle: Hand out FIFO passes in random order (``fifo``).
         mmap_dir: Memory-map the storage from files under ``<mmap_dir>/shard-<i>-<tag>/``.
+        frame_stack: Store frame-stream writes and rebuild stacks of this many frames
+            (``replay.frames``; 0: store writes as they come).
     """
 
     def __init__(
@@ -49,6 +51,7 @@ class ReplayShard:
         alpha: float = 0.6,
         fifo_shuffle: bool = False,
         mmap_dir: str | None = None,
+        frame_stack: int = 0,
     ) -> None:
         self.shard_id = shard_id
         self.incarnation = uuid.uuid4().hex[:8]  # changes when Ray restarts the actor
@@ -62,6 +65,7 @@ class ReplayShard:
             alpha=alpha,
             fifo_shuffle=fifo_shuffle,
             mmap_dir=self._fresh_mmap_dir(),
+            frame_stack=frame_stack,
         )
 
     def _fresh_mmap_dir(self) -> Path | None:
@@ -170,6 +174,7 @@ def remote_shard(
     alpha: float = 0.6,
     fifo_shuffle: bool = False,
     mmap_dir: str | None = None,
+    frame_stack: int = 0,
     scheduling_strategy=None,
 ) -> ray.actor.ActorHandle:
     """Starts a named ReplayShard actor ``<run>.replay-<i>`` in namespace ``relayrl``.
@@ -186,7 +191,14 @@ def remote_shard(
         scheduling_strategy=scheduling_strategy,
     )
     return actor_cls.remote(
-        shard_id, capacity, sampler, seed, alpha=alpha, fifo_shuffle=fifo_shuffle, mmap_dir=mmap_dir
+        shard_id,
+        capacity,
+        sampler,
+        seed,
+        alpha=alpha,
+        fifo_shuffle=fifo_shuffle,
+        mmap_dir=mmap_dir,
+        frame_stack=frame_stack,
     )
 
 
@@ -217,6 +229,7 @@ def remote_shards(
             alpha=config.alpha,
             fifo_shuffle=config.fifo_shuffle,
             mmap_dir=config.mmap_dir if config.storage == "mmap" else None,
+            frame_stack=config.frame_stack,
             scheduling_strategy=scheduling[i],
         )
         for i in range(config.num_shards)

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import numpy as np
 
+from replay.frames import FrameStackStorage
 from replay.receipts import WriteReceipt
 from replay.samplers import (
     FifoSampler,
@@ -14,6 +15,9 @@ from replay.samplers import (
     importance_weights,
 )
 from replay.storage import Batch, CircularStorage
+
+# Redraws of dead items (frame-deduplicated tables) before a sample gives up.
+MAX_REDRAWS = 64
 
 SAMPLERS = ("uniform", "prioritized", "fifo")
 
@@ -38,6 +42,8 @@ class ReplayTable:
         alpha: Prioritization exponent (``prioritized`` only).
         fifo_shuffle: Hand out each FIFO pass in a random order (``fifo`` only).
         mmap_dir: Memory-map the storage from files in this directory instead of RAM.
+        frame_stack: 0 stores writes as they come; ``S >= 1`` stores frame-stream writes in a
+            :class:`replay.frames.FrameStackStorage` that rebuilds ``S``-frame stacks.
 
     Examples:
         >>> table = ReplayTable(capacity=8, shard_id=0, seed=0)
@@ -58,11 +64,15 @@ class ReplayTable:
         alpha: float = 0.6,
         fifo_shuffle: bool = False,
         mmap_dir: str | Path | None = None,
+        frame_stack: int = 0,
     ) -> None:
         if sampler not in SAMPLERS:
             raise ValueError(f"sampler: must be one of {SAMPLERS}, got {sampler!r}")
         self.shard_id = shard_id
-        self.storage = CircularStorage(capacity, directory=mmap_dir)
+        if frame_stack:
+            self.storage = FrameStackStorage(capacity, stack=frame_stack, directory=mmap_dir)
+        else:
+            self.storage = CircularStorage(capacity, directory=mmap_dir)
         self.insertion_ids = np.full(capacity, -1, dtype=np.int64)
         if sampler == "prioritized":
             self.sampler = PrioritizedSampler(capacity, alpha=alpha, seed=seed)
@@ -126,6 +136,8 @@ class ReplayTable:
             indices, passes = self.sampler.sample_passes(batch_size, len(self.storage))
         else:
             indices = self.sampler.sample(batch_size, len(self.storage))
+            if isinstance(self.storage, FrameStackStorage):
+                indices = self._redraw_dead(indices)
         batch = self.storage.gather(indices)
         batch["index"] = indices
         batch["insertion_id"] = self.insertion_ids[indices]
@@ -139,6 +151,22 @@ class ReplayTable:
                 batch["weight"] = importance_weights(batch["probability"], min_probability, beta)
         self.sample_count += len(indices)
         return batch
+
+    def _redraw_dead(self, indices: np.ndarray) -> np.ndarray:
+        """Replaces draws of items whose frames were overwritten (see ``replay.frames``).
+
+        Dead items of a prioritized table get the smallest priority, so they are rarely drawn
+        again before their slots are reused.
+        """
+        for _ in range(MAX_REDRAWS):
+            dead = ~self.storage.live(indices)
+            if not dead.any():
+                return indices
+            if isinstance(self.sampler, PrioritizedSampler):
+                self.sampler.update(indices[dead], np.zeros(int(dead.sum())))
+            indices = indices.copy()
+            indices[dead] = self.sampler.sample(int(dead.sum()), len(self.storage))
+        raise RuntimeError(f"replay shard {self.shard_id}: no live item after {MAX_REDRAWS} draws")
 
     def update_priorities(
         self, indices: np.ndarray, insertion_ids: np.ndarray, priorities: np.ndarray

@@ -23,9 +23,12 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import gymnasium as gym
+import numpy as np
 
 from collector.config import OnPolicyTransform
 
+# Algorithms whose networks take stacked uint8 frames [S, H, W] (collector.cnn).
+PIXEL_ALGORITHMS = ("dqn", "ppo", "a2c")
 SpecBuilder = Callable[[Any, gym.Space, gym.Space], Any]
 
 
@@ -82,6 +85,9 @@ class Algorithm:
         """
         if frames < config.controller.init_random_frames:
             return {"random": True, "epsilon": 1.0} if self.epsilon_greedy else {"random": True}
+        if self.epsilon_greedy and config.collector.epsilon_schedule == "apex":
+            epsilons = config.collector.apex_epsilons()  # each collector takes its own
+            return {"epsilon": sum(epsilons) / len(epsilons), "epsilons": epsilons}
         if self.epsilon_greedy:
             return {"epsilon": config.collector.epsilon(frames)}
         return {}
@@ -96,10 +102,31 @@ def _flat_box(config, obs_space: gym.Space) -> int:
     return int(obs_space.shape[0])
 
 
+def _pixels(obs_space: gym.Space) -> bool:
+    """Stacked uint8 frames ``[S, H, W]`` (e.g. ``collector.atari``)."""
+    return (
+        isinstance(obs_space, gym.spaces.Box)
+        and len(obs_space.shape) == 3
+        and obs_space.dtype == np.uint8
+    )
+
+
 # The spec builders import torch-based modules on use: validating a config needs no torch.
 def _q_network(config, obs_space: gym.Space, action_space: gym.Space):
     from collector.policy import ModelSpec
 
+    if _pixels(obs_space):
+        from collector.cnn import PixelQSpec
+
+        stack, height, width = (int(x) for x in obs_space.shape)
+        return PixelQSpec(
+            stack,
+            height,
+            width,
+            int(action_space.n),
+            config.learner.pixel_torso,
+            config.learner.dueling,
+        )
     obs_dim = _flat_box(config, obs_space)
     return ModelSpec(
         obs_dim, int(action_space.n), config.learner.hidden_sizes, dueling=config.learner.dueling
@@ -109,6 +136,13 @@ def _q_network(config, obs_space: gym.Space, action_space: gym.Space):
 def _actor_critic(config, obs_space: gym.Space, action_space: gym.Space):
     from collector.stochastic import ActorCriticSpec
 
+    if _pixels(obs_space):
+        from collector.cnn import PixelActorCriticSpec
+
+        stack, height, width = (int(x) for x in obs_space.shape)
+        return PixelActorCriticSpec(
+            stack, height, width, int(action_space.n), config.learner.pixel_torso
+        )
     obs_dim = _flat_box(config, obs_space)
     if isinstance(action_space, gym.spaces.Discrete):
         return ActorCriticSpec(
@@ -344,5 +378,31 @@ def check_spaces(config, obs_space: gym.Space, action_space: gym.Space) -> None:
         raise AlgorithmConfigError(
             f"collector.env_id: {algo.name} needs a Discrete or flat Box action space, "
             f"{config.collector.env_id} has {action_space}"
+        )
+    if algo.name in PIXEL_ALGORITHMS and _pixels(obs_space) and not discrete:
+        raise AlgorithmConfigError(
+            f"collector.env_id: {algo.name} on pixels needs a discrete action space, "
+            f"{config.collector.env_id} has {action_space}"
+        )
+    if algo.name in ("ppo", "a2c") and _pixels(obs_space) and not config.replay.frame_stack:
+        return  # a categorical actor-critic with a CNN torso (collector.cnn)
+    if algo.name == "dqn" and _pixels(obs_space):
+        if config.replay.frame_stack not in (0, obs_space.shape[0]):
+            raise AlgorithmConfigError(
+                f"replay.frame_stack: must be 0 or the env's frame stack "
+                f"{obs_space.shape[0]}, got {config.replay.frame_stack}"
+            )
+        if config.replay.frame_stack and config.grpc.enabled:
+            raise AlgorithmConfigError(
+                "grpc.port: external actors insert stacked observations, which a "
+                "frame-deduplicated replay (replay.frame_stack) does not take; set "
+                f"replay.frame_stack=0 to serve them, got port {config.grpc.port}"
+            )
+        return  # the Q-network is a CNN over the frames (collector.cnn)
+    if config.replay.frame_stack:
+        raise AlgorithmConfigError(
+            f"replay.frame_stack: needs stacked uint8 frames [S, H, W] and algorithm dqn "
+            "(on-policy tables keep stacks), "
+            f"{config.collector.env_id} has {obs_space}; got {config.replay.frame_stack}"
         )
     _flat_box(config, obs_space)

@@ -188,6 +188,7 @@ class Controller:
             n_step=cfg.collector.n_step,
             gamma=cfg.collector.gamma,
             transform=self.algorithm.collector_transform(cfg),
+            frame_stack=cfg.replay.frame_stack,
             scheduling=placement.collectors,
         )
         with ThreadPoolExecutor(1, thread_name_prefix="learner-setup") as pool:

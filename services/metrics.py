@@ -235,7 +235,11 @@ class MetricsExporter:
         m("learner_generation").set(c.generation)
         self.metrics["exploration"].clear()
         for param, value in snapshot.get("exploration", {}).items():
-            m("exploration", param=param).set(float(value))
+            if isinstance(value, list | tuple):  # one per collector: param="epsilons[3]"
+                for index, item in enumerate(value):
+                    m("exploration", param=f"{param}[{index}]").set(float(item))
+            else:
+                m("exploration", param=param).set(float(value))
         m("frames_per_second").set(snapshot["frames_per_s"])
         m("updates_per_second").set(snapshot["updates_per_s"])
         m("update_to_data_ratio").set(c.optim_steps / max(c.collected_frames, 1))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import gymnasium as gym
 
 from collector.env import is_factory_path, resolve_factory
@@ -25,6 +27,8 @@ def env_spaces(config: RunConfig) -> Spaces:
             env = gym.make(env_id, **config.collector.env_kwargs)
     except (gym.error.Error, ValueError, TypeError) as err:
         raise ConfigError(f"collector.env_id: cannot make {env_id!r}: {err}") from None
+    except ImportError as err:  # an env needing an optional extra says which (collector.atari)
+        raise ConfigError(f"collector.env_id: {env_id!r}: {err}") from None
     try:
         spaces = env.observation_space, env.action_space
     finally:
@@ -34,6 +38,33 @@ def env_spaces(config: RunConfig) -> Spaces:
     except AlgorithmConfigError as err:
         raise ConfigError(str(err)) from None
     return spaces
+
+
+def check_local_gpus(config: RunConfig, *, cuda_available: bool | None = None) -> None:
+    """Refuses GPU learners on an embedded local Ray when this host has no CUDA device.
+
+    With ``RAY_ADDRESS`` set, the cluster's GPU nodes are Ray's to find (placement waits for
+    them and reports what is missing), so nothing is checked here.
+
+    Args:
+        config: The run's config.
+        cuda_available: Whether CUDA is usable here (default: ask torch).
+
+    Raises:
+        ConfigError: Naming ``learner.resources_per_rank``.
+    """
+    if not config.learner.uses_gpu or os.environ.get("RAY_ADDRESS"):
+        return
+    if cuda_available is None:
+        import torch
+
+        cuda_available = torch.cuda.is_available()
+    if not cuda_available:
+        raise ConfigError(
+            f"learner.resources_per_rank: asks for a GPU per rank "
+            f"({config.learner.resources_per_rank}) but this host has no CUDA device and no "
+            "RAY_ADDRESS names a cluster with GPU nodes; drop the GPU entry to learn on CPUs"
+        )
 
 
 def model_spec_for(config: RunConfig, spaces: Spaces | None = None):

@@ -33,7 +33,7 @@ from services.embedded import own_process_group
 from services.placement import PlacementError
 from services.progress import ProgressReporter
 from services.resume import resolve_resume
-from services.spec import env_spaces
+from services.spec import check_local_gpus, env_spaces
 
 logger = logging.getLogger("relayrl")
 
@@ -125,6 +125,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         config = load_config(args.config, args.set)
         spaces = env_spaces(config)
+        check_local_gpus(config)
         resume = resolve_resume(args.resume, config)[0] if args.resume else None
     except ConfigError as err:
         print(f"relayrl: invalid config: {err}", file=sys.stderr)
