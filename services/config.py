@@ -23,6 +23,7 @@ from collector.config import CollectorConfig
 from learner.config import LearnerConfig
 from replay.config import ReplayConfig
 from services.grpc_config import GrpcConfig
+from services.raytools import RaySection
 
 
 class ConfigError(ValueError):
@@ -195,6 +196,7 @@ class RunConfig:
     checkpoint: CheckpointConfig = dataclasses.field(default_factory=CheckpointConfig)
     metrics: MetricsConfig = dataclasses.field(default_factory=MetricsConfig)
     grpc: GrpcConfig = dataclasses.field(default_factory=GrpcConfig)
+    ray: RaySection = dataclasses.field(default_factory=RaySection)
 
     def __post_init__(self) -> None:
         if self.collector.num_collectors == 0 and not self.grpc.enabled:

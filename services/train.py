@@ -31,6 +31,7 @@ from services.checkpoint import CheckpointError
 from services.config import ConfigError, RunConfig, load_config
 from services.placement import PlacementError
 from services.progress import ProgressReporter
+from services.raytools import log_cluster
 from services.resume import resolve_resume
 from services.spec import env_spaces
 
@@ -78,20 +79,22 @@ def init_ray(*configs: RunConfig) -> None:
     if ray.is_initialized():
         return
     if os.environ.get("RAY_ADDRESS"):
-        ray.init(namespace="relayrl", log_to_driver=True)
+        log_cluster(ray.init(namespace="relayrl", log_to_driver=True))
         return
     gpus = sum(c.learner.world_size * c.learner.resources_per_rank.get("GPU", 0) for c in configs)
     # Every process of the embedded cluster inherits the collectors' inline-write limit, so
     # collectors start in prestarted workers instead of dedicated ones (see collector.group).
     os.environ.update(INLINE_WRITE_ENV)
-    ray.init(
+    context = ray.init(
         address="local",  # never attach to a `ray start` cluster found on this machine
         num_cpus=max(os.cpu_count() or 1, math.ceil(sum(logical_cpus(c) for c in configs))),
         num_gpus=gpus or None,
-        include_dashboard=False,
+        include_dashboard=any(c.ray.dashboard for c in configs),
+        dashboard_host="127.0.0.1",
         namespace="relayrl",
         _node_ip_address="127.0.0.1",
     )
+    log_cluster(context)  # operators point `ray list actors`, `ray status` at the run
 
 
 def install_signal_handlers(controller) -> None:
