@@ -29,7 +29,11 @@ Layout:
     * ``metrics``: the Prometheus exporter (``relayrl_*``), fed by controller hooks;
       ``progress``: tqdm bar or plain lines; ``tensorboard``: optional scalars;
       ``rundir``: the run directory ``<run.storage>/<run id>`` (``config.yaml``,
-      ``metrics.jsonl``, ``summary.json``); ``plot``: ``python -m services.plot RUN_DIR``.
+      ``metrics.jsonl``, ``summary.json``); ``storage``: the storage root (``run.storage``,
+      ``$RELAYRL_STORAGE``, ``~/relayrl_results``), kept out of a job's working directory;
+      ``plot``: ``python -m services.plot RUN_DIR``.
+    * ``raytools``: the ``ray`` config section (the embedded Ray's dashboard) and the logged
+      cluster address and dashboard URL for ``ray list actors``.
     * ``launch``: one run start to finish (id, directory, logs, endpoint, controller), shared
       by the CLI and the sweep.
     * ``train``: the CLI, ``python -m services.train`` (``--config``, ``--set``, ``--resume``).

@@ -38,18 +38,19 @@ class RunSection:
         name: Run name, the human part of the run id ``<name>-<YYYYmmdd-HHMMSS>-<token>``
             that names the run's actors (``<run id>.collector-0``), directory and metrics.
         dir: Run directory; default ``<storage>/<run id>``.
-        storage: Root of the default run directories (relative paths are resolved against
-            the working directory at start).
+        storage: Root of the default run directories; None: ``$RELAYRL_STORAGE``, else
+            ``~/relayrl_results`` (``services.storage``). Never inside a submitted job's
+            working directory, which Ray deletes.
     """
 
     name: str = "relayrl"
     dir: str | None = None
-    storage: str = "runs"
+    storage: str | None = None
 
     def __post_init__(self) -> None:
         if not self.name or any(c in self.name for c in "/ \t\n"):
             raise ValueError(f"name: must be non-empty without '/' or spaces, got {self.name!r}")
-        if not self.storage:
+        if self.storage is not None and not self.storage:
             raise ValueError(f"storage: must be a non-empty path, got {self.storage!r}")
 
 

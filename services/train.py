@@ -8,8 +8,9 @@ Progress lines go to standard output while the job runs; the last line of standa
 JSON summary (``run_id``, ``run_dir``, ``frames``, ``optim_steps``, ``wall_s``, ``frames_per_s``,
 ``episode_return_mean``, ...), also written to ``<run dir>/summary.json``. Each run gets a unique
 id ``<run.name>-<YYYYmmdd-HHMMSS>-<token>`` (``services.runid``) naming its actors and its
-directory ``<run.storage>/<run id>``. Exit codes: 0 done (or stopped cleanly), 2 invalid config,
-1 failure. Without ``RAY_ADDRESS`` the job starts an embedded local Ray sized to its actors.
+directory ``<run.storage>/<run id>`` (default ``~/relayrl_results``, ``services.storage``).
+Exit codes: 0 done (or stopped cleanly), 2 invalid config, 1 failure. Without ``RAY_ADDRESS``
+the job starts an embedded local Ray sized to its actors.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from services.progress import ProgressReporter
 from services.raytools import log_cluster
 from services.resume import resolve_resume
 from services.spec import env_spaces
+from services.storage import check_run_paths
 
 logger = logging.getLogger("relayrl")
 
@@ -125,6 +127,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     try:
         config = load_config(args.config, args.set)
+        check_run_paths(config)  # never inside a submitted job's working directory
         spaces = env_spaces(config)
         resume = resolve_resume(args.resume, config)[0] if args.resume else None
     except ConfigError as err:
