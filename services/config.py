@@ -22,6 +22,7 @@ import yaml
 from collector.config import CollectorConfig
 from learner.config import LearnerConfig
 from replay.config import ReplayConfig
+from services.evaluation import EvaluationConfig
 from services.grpc_config import GrpcConfig
 from services.raytools import RaySection
 
@@ -136,18 +137,34 @@ class CheckpointConfig:
         interval_frames: Frames between checkpoints (0: only at the end and on stop).
         keep: Newest checkpoints kept by rotation.
         at_end: Write a checkpoint when the run reaches ``total_frames``.
+        keep_best: Also keep this many best checkpoints by ``best_metric`` (0: off;
+            ``services.retention``).
+        best_metric: The metric ranking checkpoints, e.g. ``evaluation/episode_return_mean``.
+        best_mode: ``max`` or ``min``: which direction is better.
     """
 
     dir: str | None = None
     interval_frames: int = 0
     keep: int = 3
     at_end: bool = True
+    keep_best: int = 0
+    best_metric: str = "evaluation/episode_return_mean"
+    best_mode: str = "max"
 
     def __post_init__(self) -> None:
         if self.interval_frames < 0:
             raise ValueError(f"interval_frames: must be >= 0, got {self.interval_frames!r}")
         if self.keep < 1:
             raise ValueError(f"keep: must be >= 1, got {self.keep!r}")
+        if self.keep_best < 0:
+            raise ValueError(f"keep_best: must be >= 0, got {self.keep_best!r}")
+        if self.best_mode not in ("max", "min"):
+            raise ValueError(f"best_mode: must be one of ('max', 'min'), got {self.best_mode!r}")
+        if not self.best_metric.startswith(("evaluation/", "evaluation.", "episode_return_mean")):
+            raise ValueError(
+                "best_metric: must be evaluation/<field> (e.g. evaluation/episode_return_mean) "
+                f"or episode_return_mean, got {self.best_metric!r}"
+            )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -198,6 +215,7 @@ class RunConfig:
     metrics: MetricsConfig = dataclasses.field(default_factory=MetricsConfig)
     grpc: GrpcConfig = dataclasses.field(default_factory=GrpcConfig)
     ray: RaySection = dataclasses.field(default_factory=RaySection)
+    evaluation: EvaluationConfig = dataclasses.field(default_factory=EvaluationConfig)
 
     def __post_init__(self) -> None:
         if self.collector.num_collectors == 0 and not self.grpc.enabled:
@@ -213,6 +231,14 @@ class RunConfig:
             raise ValueError(
                 f"collector.gamma: must equal learner.gamma={self.learner.gamma} (n-step returns "
                 f"are discounted collector-side), got {self.collector.gamma}"
+            )
+        uses_evaluation = self.checkpoint.keep_best and self.checkpoint.best_metric.startswith(
+            "evaluation"
+        )
+        if uses_evaluation and not self.evaluation.enabled:
+            raise ValueError(
+                f"checkpoint.best_metric: {self.checkpoint.best_metric} needs evaluation, so "
+                "evaluation.interval_frames must be > 0, got 0"
             )
         from services.algorithms import ALGORITHMS, check  # imports torch: load on use
 

@@ -68,6 +68,7 @@ def logical_cpus(config: RunConfig) -> float:
         c.collector.num_collectors * c.collector.num_cpus
         + c.replay.num_shards * c.replay.num_cpus
         + c.learner.world_size * c.learner.resources_per_rank.get("CPU", 0)
+        + (c.evaluation.num_cpus if c.evaluation.enabled else 0)
     )
 
 
