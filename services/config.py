@@ -232,6 +232,11 @@ class RunConfig:
                 f"collector.gamma: must equal learner.gamma={self.learner.gamma} (n-step returns "
                 f"are discounted collector-side), got {self.collector.gamma}"
             )
+        if self.learner.loss.startswith("torchrl:") and self.collector.n_step != 1:
+            raise ValueError(
+                f"collector.n_step: must be 1 with learner.loss={self.learner.loss} (TorchRL's "
+                f"estimators discount one step with one gamma), got {self.collector.n_step}"
+            )
         uses_evaluation = self.checkpoint.keep_best and self.checkpoint.best_metric.startswith(
             "evaluation"
         )
