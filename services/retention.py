@@ -78,8 +78,12 @@ class BestCheckpointStore(CheckpointStore):
 
 
 def make_store(root: str | Path, checkpoint_config) -> CheckpointStore:
-    """The rotation a ``CheckpointConfig`` asks for (by metric when ``keep_best > 0``)."""
+    """The rotation a ``CheckpointConfig`` asks for (by metric when ``keep_best > 0``).
+
+    The root is made absolute, so every checkpoint path the run logs or reports is.
+    """
     c = checkpoint_config
+    root = Path(root).expanduser().absolute()
     if c.keep_best > 0:
         return BestCheckpointStore(root, c.keep, c.keep_best, c.best_metric, c.best_mode)
     return CheckpointStore(root, c.keep)
