@@ -1,12 +1,19 @@
-"""A CLI run with asynchronous greedy evaluation: logs, summary, coalescing, keep_best, resume."""
+"""A CLI run with asynchronous greedy evaluation, and Ray's tools pointed at it while it runs.
+
+One run (a Ray start costs seconds on CI) checks: ``ray list actors`` at the logged address
+lists the run's named actors (evaluator included); evaluations in ``metrics.jsonl``, the
+summary and the plot; due intervals coalescing under a slow evaluator; ``keep_best``.
+"""
 
 import json
+import re
+import subprocess
 from pathlib import Path
 
 from services.checkpoint import latest_valid
 from services.plot import evaluation_points, plot_run, read_log
 from services.retention import checkpoint_score
-from tests.conftest import run_cli
+from tests.conftest import PYTHON, ROOT, cli_env
 
 INTERVAL = 1000
 METRIC = "evaluation/episode_return_mean"
@@ -22,9 +29,22 @@ def evaluations(run_dir: Path) -> list[dict]:
     return list(seen.values())
 
 
-def test_evaluation_runs_beside_training_coalesces_and_ranks_checkpoints(tmp_path):
+def list_actors(address: str, env: dict) -> set[str]:
+    """Names of the actors ``ray list actors --address`` reports, alive or still starting."""
+    listed = subprocess.run(
+        ["ray", "list", "actors", "--address", address, "--format", "json", "--limit", "1000"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert listed.returncode == 0, listed.stderr[-2000:]
+    return {a["name"] for a in json.loads(listed.stdout) if a["state"] != "DEAD"}
+
+
+def test_a_run_with_evaluation_seen_through_rays_tools(tmp_path):
     run_dir = tmp_path / "run"
-    result = run_cli(
+    args = [
         "--set",
         "controller.total_frames=4000",
         "--set",
@@ -50,9 +70,43 @@ def test_evaluation_runs_beside_training_coalesces_and_ranks_checkpoints(tmp_pat
         "checkpoint.keep_best=2",
         "--set",
         f"run.dir={run_dir}",
+    ]
+    process = subprocess.Popen(
+        [PYTHON, "-m", "services.train", *args],
+        cwd=ROOT,
+        env=cli_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
     )
-    assert result.returncode == 0, result.stderr[-3000:]
-    summary = json.loads(result.stdout.splitlines()[-1])
+    lines, names = [], set()
+    address = dashboard = run_id = None
+    tool_env = cli_env()
+    try:
+        for line in process.stdout:
+            lines.append(line)
+            found = re.search(r"Ray at (\S+), dashboard (\S+)", line)
+            if found:
+                address, dashboard = found.groups()
+                auth = re.search(r"RAY_AUTH_MODE=(\w+)", line)  # the logged command's env
+                if auth:
+                    tool_env["RAY_AUTH_MODE"] = auth.group(1)
+            found = re.search(r"run id (\S+)", line)
+            if found:
+                run_id = found.group(1)
+            if line.startswith("frames ") and not names:  # training: every actor is up
+                assert address and run_id, "".join(lines[-20:])
+                names = list_actors(address, tool_env)
+        assert process.wait(timeout=240) == 0, "".join(lines[-20:])
+    finally:
+        process.kill()
+        process.stdout.close()
+    # Ray's tools at the logged address find the run's actors by name
+    assert dashboard.startswith("http://127.0.0.1:")
+    expected = {f"{run_id}.{role}" for role in ("collector-0", "collector-1", "learner-0")}
+    expected |= {f"{run_id}.replay-0", f"{run_id}.replay-1", f"{run_id}.evaluator"}
+    assert expected <= names, names
+    summary = json.loads([line for line in lines if line.startswith("{")][-1])
     records = evaluations(run_dir)
     assert records[0]["version"] == 0 and records[0]["frames"] == 0  # run_at_start
     # the intervals that elapsed during the slow first evaluation coalesced into one
