@@ -65,11 +65,14 @@ def log_cluster(context) -> ClusterAddresses:
     # A cluster with token authentication (Ray's default since 2.60) answers tools only when
     # they send its token (``~/.ray/auth_token`` on this machine) and know to send it.
     auth = "RAY_AUTH_MODE=token " if os.environ.get("RAY_AUTH_MODE") == "token" else ""
-    logger.info(
-        "Ray at %s, dashboard %s (try: %sray list actors --address %s)",
-        found.address,
-        found.dashboard or "off (ray.dashboard: false)",
-        auth,
-        found.address,
-    )
+    if found.dashboard:
+        logger.info(
+            "Ray at %s, dashboard %s (try: %sray list actors --address %s)",
+            found.address,
+            found.dashboard,
+            auth,
+            found.address,
+        )
+    else:  # the state API behind `ray list` lives in the dashboard
+        logger.info("Ray at %s, dashboard off (ray.dashboard: false)", found.address)
     return found
