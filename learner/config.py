@@ -201,6 +201,10 @@ class LearnerConfig:
             f"must be one of {PIXEL_TORSOS}",
             self.pixel_torso,
         )
+        if self.loss.startswith("torchrl:"):
+            from learner.losses.torchrl_loss import check_torchrl_loss  # imports torchrl
+
+            check_torchrl_loss(self.loss)
         _check(bool(self.priority_key), "priority_key", "must be non-empty", self.priority_key)
         _check(0 <= self.gamma <= 1, "gamma", "must be in [0, 1]", self.gamma)
         _check(

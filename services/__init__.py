@@ -29,7 +29,15 @@ Layout:
     * ``metrics``: the Prometheus exporter (``relayrl_*``), fed by controller hooks;
       ``progress``: tqdm bar or plain lines; ``tensorboard``: optional scalars;
       ``rundir``: the run directory ``<run.storage>/<run id>`` (``config.yaml``,
-      ``metrics.jsonl``, ``summary.json``); ``plot``: ``python -m services.plot RUN_DIR``.
+      ``metrics.jsonl``, ``summary.json``); ``storage``: the storage root (``run.storage``,
+      ``$RELAYRL_STORAGE``, ``~/relayrl_results``), kept out of a job's working directory;
+      ``plot``: ``python -m services.plot RUN_DIR``.
+    * ``evaluation``: the ``evaluation`` section and the pure evaluation schedule (due
+      intervals, coalescing, end-of-run evaluation, checkpoint state) and exact greedy
+      episodes; ``evaluator``: the evaluator actor and its driver-side runner;
+      ``retention``: checkpoint rotation that keeps the ``keep_best`` best by a metric.
+    * ``raytools``: the ``ray`` config section (the embedded Ray's dashboard) and the logged
+      cluster address and dashboard URL for ``ray list actors``.
     * ``launch``: one run start to finish (id, directory, logs, endpoint, controller), shared
       by the CLI and the sweep.
     * ``train``: the CLI, ``python -m services.train`` (``--config``, ``--set``, ``--resume``).

@@ -94,6 +94,7 @@ def save_cut(controller, store: CheckpointStore) -> Path:
 
 def driver_state(controller) -> dict:
     """The driver's own part of a checkpoint (counters, episode window, milestones)."""
+    evaluation = getattr(controller, "evaluation", None)
     return {
         "counters": dataclasses.asdict(controller.counters),
         "episode_returns": list(controller.episodes.returns),
@@ -102,6 +103,7 @@ def driver_state(controller) -> dict:
         "next_checkpoint_frames": controller.next_checkpoint_frames,
         "elapsed_s": time.perf_counter() - controller.started_at,
         "loop": controller.loop.state_dict(),
+        "evaluation": evaluation.state_dict() if evaluation is not None else None,
         # Run identity: a resumed run gets a new id and carries its predecessors' ids.
         "run_id": getattr(controller, "run_id", None),
         "lineage": list(getattr(controller, "lineage", [])),
@@ -114,6 +116,8 @@ def load_driver_state(controller, state: dict) -> None:
     controller.episodes.extend(state["episode_returns"], state["episode_lengths"])
     controller.milestones = {float(k): v for k, v in state["milestones"].items()}
     controller.loop.load_state_dict(state.get("loop", {}))
+    if getattr(controller, "evaluation", None) is not None:
+        controller.evaluation.load_state_dict(state.get("evaluation"))
     previous = [*state.get("lineage", []), state.get("run_id")]
     controller.lineage = [run_id for run_id in previous if run_id]
     interval = controller.checkpoint_interval_frames

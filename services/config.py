@@ -22,7 +22,9 @@ import yaml
 from collector.config import CollectorConfig
 from learner.config import LearnerConfig
 from replay.config import ReplayConfig
+from services.evaluation import EvaluationConfig
 from services.grpc_config import GrpcConfig
+from services.raytools import RaySection
 
 
 class ConfigError(ValueError):
@@ -37,18 +39,19 @@ class RunSection:
         name: Run name, the human part of the run id ``<name>-<YYYYmmdd-HHMMSS>-<token>``
             that names the run's actors (``<run id>.collector-0``), directory and metrics.
         dir: Run directory; default ``<storage>/<run id>``.
-        storage: Root of the default run directories (relative paths are resolved against
-            the working directory at start).
+        storage: Root of the default run directories; None: ``$RELAYRL_STORAGE``, else
+            ``~/relayrl_results`` (``services.storage``). Never inside a submitted job's
+            working directory, which Ray deletes.
     """
 
     name: str = "relayrl"
     dir: str | None = None
-    storage: str = "runs"
+    storage: str | None = None
 
     def __post_init__(self) -> None:
         if not self.name or any(c in self.name for c in "/ \t\n"):
             raise ValueError(f"name: must be non-empty without '/' or spaces, got {self.name!r}")
-        if not self.storage:
+        if self.storage is not None and not self.storage:
             raise ValueError(f"storage: must be a non-empty path, got {self.storage!r}")
 
 
@@ -140,6 +143,10 @@ class CheckpointConfig:
         interval_s: Wall seconds between checkpoints (0: none by time).
         keep: Newest checkpoints kept by rotation.
         at_end: Write a checkpoint when the run reaches ``total_frames``.
+        keep_best: Also keep this many best checkpoints by ``best_metric`` (0: off;
+            ``services.retention``).
+        best_metric: The metric ranking checkpoints, e.g. ``evaluation/episode_return_mean``.
+        best_mode: ``max`` or ``min``: which direction is better.
     """
 
     dir: str | None = None
@@ -147,6 +154,9 @@ class CheckpointConfig:
     interval_s: float = 600.0
     keep: int = 3
     at_end: bool = True
+    keep_best: int = 0
+    best_metric: str = "evaluation/episode_return_mean"
+    best_mode: str = "max"
 
     def __post_init__(self) -> None:
         if self.interval_frames is not None and self.interval_frames < 0:
@@ -155,6 +165,15 @@ class CheckpointConfig:
             raise ValueError(f"interval_s: must be >= 0, got {self.interval_s!r}")
         if self.keep < 1:
             raise ValueError(f"keep: must be >= 1, got {self.keep!r}")
+        if self.keep_best < 0:
+            raise ValueError(f"keep_best: must be >= 0, got {self.keep_best!r}")
+        if self.best_mode not in ("max", "min"):
+            raise ValueError(f"best_mode: must be one of ('max', 'min'), got {self.best_mode!r}")
+        if not self.best_metric.startswith(("evaluation/", "evaluation.", "episode_return_mean")):
+            raise ValueError(
+                "best_metric: must be evaluation/<field> (e.g. evaluation/episode_return_mean) "
+                f"or episode_return_mean, got {self.best_metric!r}"
+            )
 
     def frames_interval(self, total_frames: int) -> int:
         """Frames between checkpoints for a run of ``total_frames`` (0: none by frames)."""
@@ -210,6 +229,8 @@ class RunConfig:
     checkpoint: CheckpointConfig = dataclasses.field(default_factory=CheckpointConfig)
     metrics: MetricsConfig = dataclasses.field(default_factory=MetricsConfig)
     grpc: GrpcConfig = dataclasses.field(default_factory=GrpcConfig)
+    ray: RaySection = dataclasses.field(default_factory=RaySection)
+    evaluation: EvaluationConfig = dataclasses.field(default_factory=EvaluationConfig)
 
     def __post_init__(self) -> None:
         if self.collector.num_collectors == 0 and not self.grpc.enabled:
@@ -225,6 +246,19 @@ class RunConfig:
             raise ValueError(
                 f"collector.gamma: must equal learner.gamma={self.learner.gamma} (n-step returns "
                 f"are discounted collector-side), got {self.collector.gamma}"
+            )
+        if self.learner.loss.startswith("torchrl:") and self.collector.n_step != 1:
+            raise ValueError(
+                f"collector.n_step: must be 1 with learner.loss={self.learner.loss} (TorchRL's "
+                f"estimators discount one step with one gamma), got {self.collector.n_step}"
+            )
+        uses_evaluation = self.checkpoint.keep_best and self.checkpoint.best_metric.startswith(
+            "evaluation"
+        )
+        if uses_evaluation and not self.evaluation.enabled:
+            raise ValueError(
+                f"checkpoint.best_metric: {self.checkpoint.best_metric} needs evaluation, so "
+                "evaluation.interval_frames must be > 0, got 0"
             )
         from services.algorithms import ALGORITHMS, check  # imports torch: load on use
 

@@ -30,7 +30,7 @@ from replay.client import ReplayClient, ShardUnavailableError
 from replay.shard import remote_shards
 from services import report
 from services.algorithms import algorithm_for
-from services.checkpoint import CheckpointStore, latest_valid, read_json
+from services.checkpoint import latest_valid, read_json
 from services.checkpointing import (
     recover_learners,
     restore_learners,
@@ -43,6 +43,7 @@ from services.early_stop import EarlyStopping
 from services.faults import ComponentFailure, CrashLoop, ShardMonitor, ShardRestart, where
 from services.loops import LOOPS
 from services.placement import release_services, reserve_services
+from services.retention import make_store
 from services.runid import new_run_id
 from services.spec import model_spec_for
 from services.stats import EpisodeWindow, RateMeter, RunCounters
@@ -50,7 +51,16 @@ from services.stats import EpisodeWindow, RateMeter, RunCounters
 logger = logging.getLogger(__name__)
 
 Hook = Callable[..., None]
-EVENTS = ("setup", "rollout", "external", "round", "progress", "checkpoint", "shutdown")
+EVENTS = (
+    "setup",
+    "rollout",
+    "external",
+    "round",
+    "progress",
+    "checkpoint",
+    "train_end",
+    "shutdown",
+)
 
 
 class Controller:
@@ -87,7 +97,7 @@ class Controller:
         self.lineage: list[str] = []  # ids of the runs a resumed run continues (checkpoints)
         self.placement = None  # services.placement.ServicePlacement, reserved in setup()
         root = config.checkpoint.dir or checkpoint_root
-        self.checkpoints = CheckpointStore(root, config.checkpoint.keep) if root else None
+        self.checkpoints = make_store(root, config.checkpoint) if root else None
         self.resume_from = Path(resume_from) if resume_from else None
         self.last_checkpoint: Path | None = None
         self.checkpoint_interval_frames = config.checkpoint.frames_interval(
@@ -129,6 +139,7 @@ class Controller:
             if config.checkpoint.interval_s
             else None
         )
+        self.evaluation = None  # services.evaluator.EvaluationRunner, attached by launch
 
     # -- hooks -------------------------------------------------------------------------------
     def register(self, event: str, hook: Hook) -> None:
@@ -136,7 +147,8 @@ class Controller:
 
         Events: ``setup``; ``rollout`` (receipt); ``external`` (an external actor's
         ``ExternalReceipt``, gRPC); ``round`` (step receipt); ``progress``
-        (snapshot dict); ``checkpoint`` (path, seconds); ``shutdown``.
+        (snapshot dict); ``checkpoint`` (path, seconds); ``train_end`` (the loop is done,
+        before the final checkpoint); ``shutdown``.
         """
         if event not in self.hooks:
             raise ValueError(f"unknown event {event!r}; events: {EVENTS}")
@@ -529,6 +541,7 @@ class Controller:
         or (with ``checkpoint.at_end``) when the budget is reached.
         """
         self.loop.run()
+        self.emit("train_end")  # e.g. the final evaluation, before the final checkpoint
         if self.weights is not None:
             self.collectors.sync_weights(self.weights)  # collectors end on the newest version
         self.wall_s = time.perf_counter() - self.started_at

@@ -18,7 +18,8 @@ class EarlyStopping:
     """Tracks the best value of one metric over collected frames.
 
     Args:
-        metric: Snapshot key, dotted for nested learner metrics (``learner.loss_q``).
+        metric: Snapshot key, dotted for nested learner metrics (``learner.loss_q``); ``/``
+            works as ``.`` (``evaluation/episode_return_mean``).
         mode: ``max`` (higher is better) or ``min``.
         patience_frames: Frames without improvement before stopping.
         min_delta: Smallest change that counts as an improvement.
@@ -57,7 +58,7 @@ class EarlyStopping:
     def value_in(self, snapshot: dict) -> float | None:
         """The metric's value in a snapshot (None when absent)."""
         node = snapshot
-        for part in self.metric.split("."):
+        for part in self.metric.replace("/", ".").split("."):  # evaluation/episode_return_mean
             if not isinstance(node, dict) or part not in node:
                 return None
             node = node[part]

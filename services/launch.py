@@ -21,6 +21,7 @@ from pathlib import Path
 
 from services.config import RunConfig
 from services.controller import Controller
+from services.evaluator import EvaluationRunner
 from services.grpc_server import serve_run
 from services.metrics import MetricsExporter
 from services.rundir import RunLog, resolve_run_dir, write_summary
@@ -108,6 +109,8 @@ def prepare_run(
         )
         exporter.attach(controller)
         closers.append(exporter.close)
+    if config.evaluation.enabled:
+        EvaluationRunner(config, controller).attach()  # before the log: snapshots carry it
     if progress is not None:
         controller.register("progress", progress)
     if config.metrics.tensorboard:

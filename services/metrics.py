@@ -74,6 +74,13 @@ METRICS: tuple[tuple[str, str, tuple[str, ...], str], ...] = (
     ("episode_return", "gauge", (), "Mean return of the recent episode window."),
     ("episode_length", "gauge", (), "Mean length of the recent episode window."),
     (
+        "eval_episode_return",
+        "gauge",
+        (),
+        "Mean return of the last greedy evaluation (evaluation.interval_frames).",
+    ),
+    ("eval_version", "gauge", (), "Model version the last greedy evaluation used."),
+    (
         "exploration",
         "gauge",
         ("param",),
@@ -262,6 +269,10 @@ class MetricsExporter:
         ):
             if not math.isnan(snapshot[key]):
                 m(name).set(snapshot[key])
+        evaluation = snapshot.get("evaluation")
+        if evaluation:
+            m("eval_episode_return").set(evaluation["episode_return_mean"])
+            m("eval_version").set(evaluation["version"])
 
     def on_checkpoint(self, controller, path, seconds: float) -> None:
         """Records a successful checkpoint."""

@@ -42,6 +42,16 @@ def series(records: list[dict], key: str) -> list[float]:
     return out
 
 
+def evaluation_points(records: list[dict]) -> list[tuple[int, float]]:
+    """``(frames, mean return)`` of each distinct evaluation logged (``evaluation`` blocks)."""
+    points = {}
+    for record in records:
+        evaluation = record.get("evaluation")
+        if evaluation and evaluation.get("episode_return_mean") is not None:
+            points[evaluation["frames"]] = evaluation["episode_return_mean"]
+    return sorted(points.items())
+
+
 def plot_run(run_dir: str | Path) -> Path:
     """Draws the learning curves of a run and returns the PNG's path."""
     run_dir = Path(run_dir)
@@ -50,6 +60,10 @@ def plot_run(run_dir: str | Path) -> Path:
     fig, axes = plt.subplots(2, 2, figsize=(11, 7), constrained_layout=True)
     ax = axes[0][0]
     ax.plot(frames, series(records, "episode_return_mean"))
+    evaluations = evaluation_points(records)
+    if evaluations:
+        ax.plot(*zip(*evaluations, strict=True), "o-", label="greedy evaluation")
+        ax.legend(fontsize="small", labels=["training (exploring)", "greedy evaluation"])
     ax.set(xlabel="frames", ylabel="episode return (window mean)", title="Return vs frames")
     ax = axes[0][1]
     ax.plot(series(records, "elapsed_s"), series(records, "episode_return_mean"))

@@ -35,6 +35,7 @@ def snapshot(controller) -> dict:
         if controller.replay is not None and controller.shards
         else [],
         **controller.loop.state_dict(),
+        **(controller.evaluation.snapshot() if controller.evaluation is not None else {}),
     }
 
 
@@ -76,6 +77,7 @@ def summary(controller) -> dict:
         if controller.first_rollout_at is None
         else round(controller.first_rollout_at - process_start_time(), 3),
         **controller.loop.state_dict(),
+        **(controller.evaluation.summary() if controller.evaluation is not None else {}),
     }
 
 

@@ -56,12 +56,18 @@ def check_compatible(checkpoint_config: dict, config: RunConfig) -> None:
 
 
 def resolve_resume(path: str | Path, config: RunConfig) -> tuple[Path, dict]:
-    """Finds the checkpoint to resume (newest valid one of a rotation directory) and checks it.
+    """Finds the checkpoint to resume and checks it.
+
+    ``path`` is a checkpoint, a rotation directory (its newest valid checkpoint) or a run
+    directory (its ``checkpoints/`` rotation).
 
     Raises:
         CheckpointError: If no valid checkpoint is found.
         ConfigError: If the config conflicts with the checkpoint.
     """
+    path = Path(path)
+    if (path / "checkpoints").is_dir():  # a run directory: its rotation
+        path = path / "checkpoints"
     checkpoint, manifest = latest_valid(path)
     check_compatible(read_json(checkpoint / "config.json"), config)
     return checkpoint, manifest

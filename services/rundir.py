@@ -1,6 +1,7 @@
 """The run directory: resolved config, JSONL metrics log, checkpoints, the summary.
 
-Each run gets its own directory ``<run.storage>/<run id>`` (see :mod:`services.runid`), created
+Each run gets its own directory ``<run.storage>/<run id>`` (see :mod:`services.runid`; the
+storage root is resolved by :mod:`services.storage`, default ``~/relayrl_results``), created
 exclusively, so two runs never write into one another's ``metrics.jsonl``, ``config.yaml`` or
 checkpoint rotation. ``run.dir`` names a directory explicitly instead (the user's choice).
 """
@@ -14,17 +15,23 @@ from pathlib import Path
 import yaml
 
 from services.runid import new_run_id, random_token
+from services.storage import storage_root
 
 
 def resolve_run_dir(
-    name: str, configured: str | None, storage: str | Path = "runs", *, run_id: str | None = None
+    name: str,
+    configured: str | None,
+    storage: str | Path | None = None,
+    *,
+    run_id: str | None = None,
 ) -> tuple[str, Path]:
     """Picks the run id and creates the run directory.
 
     Args:
         name: ``run.name``, the human part of the id.
         configured: ``run.dir``: used as is (created if missing) when set.
-        storage: ``run.storage``: the root of default run directories.
+        storage: ``run.storage``: the root of default run directories (None:
+            :func:`services.storage.storage_root`'s default).
 
     Keyword Args:
         run_id: The id to use (default: :func:`services.runid.new_run_id`).
@@ -39,7 +46,7 @@ def resolve_run_dir(
         path = Path(configured).expanduser().absolute()
         path.mkdir(parents=True, exist_ok=True)
         return run_id, path
-    root = Path(storage).expanduser().absolute()
+    root = storage_root(storage)
     root.mkdir(parents=True, exist_ok=True)
     for _ in range(8):
         try:

@@ -44,6 +44,7 @@ from services.launch import Run, prepare_run
 from services.progress import progress_line
 from services.runid import new_run_id, random_token
 from services.spec import model_spec_for
+from services.storage import check_run_paths, storage_root
 from services.sweep_report import (
     plot_sweep,
     point_label,
@@ -237,12 +238,13 @@ def main(argv: list[str] | None = None) -> int:
         runs = plan(args)
         if args.max_concurrent < 0:
             raise ConfigError(f"--max-concurrent: must be >= 0, got {args.max_concurrent}")
+        check_run_paths(runs[0][2], **{"--dir": args.dir})
     except ConfigError as err:
         print(f"relayrl: invalid sweep: {err}", file=sys.stderr)
         return 2
     first = runs[0][2]
     sweep_id = new_run_id(f"sweep-{first.run.name}", token=random_token())
-    sweep_dir = Path(args.dir or Path(first.run.storage) / sweep_id).expanduser().absolute()
+    sweep_dir = Path(args.dir or storage_root(first.run.storage) / sweep_id).expanduser().absolute()
     sweep_dir.mkdir(parents=True, exist_ok=True)
     logger.info("sweep %s: %d runs in %s", sweep_id, len(runs), sweep_dir)
     sweep = Sweep(runs, sweep_dir, max_concurrent=args.max_concurrent)

@@ -4,7 +4,7 @@ Needs the ``tensorboard`` package (``pip install "relayrl[tensorboard]"``). Scal
 against collected frames: ``episode/return``, ``episode/length``, ``throughput/frames_per_s``,
 ``throughput/updates_per_s``, ``learner/update_to_data``, every numeric exploration parameter as
 ``exploration/<name>`` (e.g. ``exploration/epsilon``) and every learner metric as
-``learner/<name>``, plus ``replay/size/<shard>``.
+``learner/<name>``, plus ``replay/size/<shard>`` and, with evaluation, ``evaluation/...``.
 """
 
 from __future__ import annotations
@@ -56,6 +56,10 @@ class TensorBoardLogger:
         for name, value in snapshot.get("learner", {}).items():
             if math.isfinite(value):
                 self.writer.add_scalar(f"learner/{name}", value, step)
+        evaluation = snapshot.get("evaluation")
+        if evaluation:  # at the frames the evaluation started, with the version it used
+            for name in ("episode_return_mean", "episode_length_mean", "version"):
+                self.writer.add_scalar(f"evaluation/{name}", evaluation[name], evaluation["frames"])
         for shard in snapshot.get("replay", []):
             self.writer.add_scalar(f"replay/size/{shard['shard_id']}", shard["size"], step)
 

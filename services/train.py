@@ -8,8 +8,9 @@ Progress lines go to standard output while the job runs; the last line of standa
 JSON summary (``run_id``, ``run_dir``, ``frames``, ``optim_steps``, ``wall_s``, ``frames_per_s``,
 ``episode_return_mean``, ...), also written to ``<run dir>/summary.json``. Each run gets a unique
 id ``<run.name>-<YYYYmmdd-HHMMSS>-<token>`` (``services.runid``) naming its actors and its
-directory ``<run.storage>/<run id>``. Exit codes: 0 done (or stopped cleanly), 2 invalid config,
-1 failure. Without ``RAY_ADDRESS`` the job starts an embedded local Ray sized to its actors.
+directory ``<run.storage>/<run id>`` (default ``~/relayrl_results``, ``services.storage``).
+Exit codes: 0 done (or stopped cleanly), 2 invalid config, 1 failure. Without ``RAY_ADDRESS``
+the job starts an embedded local Ray sized to its actors.
 """
 
 from __future__ import annotations
@@ -32,8 +33,10 @@ from services.config import ConfigError, RunConfig, load_config
 from services.embedded import own_process_group
 from services.placement import PlacementError
 from services.progress import ProgressReporter
+from services.raytools import log_cluster
 from services.resume import resolve_resume
 from services.spec import check_local_gpus, env_spaces
+from services.storage import check_run_paths
 
 logger = logging.getLogger("relayrl")
 
@@ -66,6 +69,7 @@ def logical_cpus(config: RunConfig) -> float:
         c.collector.num_collectors * c.collector.num_cpus
         + c.replay.num_shards * c.replay.num_cpus
         + c.learner.world_size * c.learner.resources_per_rank.get("CPU", 0)
+        + (c.evaluation.num_cpus if c.evaluation.enabled else 0)
     )
 
 
@@ -79,21 +83,23 @@ def init_ray(*configs: RunConfig) -> None:
     if ray.is_initialized():
         return
     if os.environ.get("RAY_ADDRESS"):
-        ray.init(namespace="relayrl", log_to_driver=True)
+        log_cluster(ray.init(namespace="relayrl", log_to_driver=True))
         return
     gpus = sum(c.learner.world_size * c.learner.resources_per_rank.get("GPU", 0) for c in configs)
     # Every process of the embedded cluster inherits the collectors' inline-write limit, so
     # collectors start in prestarted workers instead of dedicated ones (see collector.group).
     os.environ.update(INLINE_WRITE_ENV)
     with own_process_group():  # a signal to the driver's process group spares the cluster
-        ray.init(
+        context = ray.init(
             address="local",  # never attach to a `ray start` cluster found on this machine
             num_cpus=max(os.cpu_count() or 1, math.ceil(sum(logical_cpus(c) for c in configs))),
             num_gpus=gpus or None,
-            include_dashboard=False,
+            include_dashboard=any(c.ray.dashboard for c in configs),
+            dashboard_host="127.0.0.1",
             namespace="relayrl",
             _node_ip_address="127.0.0.1",
         )
+    log_cluster(context)  # operators point `ray list actors`, `ray status` at the run
 
 
 def install_signal_handlers(controller) -> None:
@@ -124,6 +130,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     try:
         config = load_config(args.config, args.set)
+        check_run_paths(config)  # never inside a submitted job's working directory
         spaces = env_spaces(config)
         check_local_gpus(config)
         resume = resolve_resume(args.resume, config)[0] if args.resume else None

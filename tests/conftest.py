@@ -14,6 +14,23 @@ import ray
 ROOT = Path(__file__).resolve().parents[1]
 
 
+@pytest.fixture(scope="session", autouse=True)
+def storage_root(tmp_path_factory):
+    """Runs started by tests keep their data in a temporary storage root, not the home dir.
+
+    Set in this process's environment, it reaches CLI subprocesses and the jobs of test head
+    nodes (``services.storage``: ``RELAYRL_STORAGE``).
+    """
+    root = tmp_path_factory.mktemp("relayrl_results")
+    previous = os.environ.get("RELAYRL_STORAGE")
+    os.environ["RELAYRL_STORAGE"] = str(root)
+    yield root
+    if previous is None:
+        os.environ.pop("RELAYRL_STORAGE", None)
+    else:
+        os.environ["RELAYRL_STORAGE"] = previous
+
+
 @pytest.fixture(scope="session")
 def ray_cluster():
     """A local Ray with generous logical CPUs (actors mostly wait on 2 real cores)."""

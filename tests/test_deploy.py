@@ -174,15 +174,14 @@ def test_submitted_job_succeeds_and_logs_progress(head, tmp_path):
 
 
 @pytest.mark.slow
-def test_job_stop_leaves_a_checkpoint_that_resume_continues(head, tmp_path):
-    run_dir = tmp_path / "stopped"
+def test_job_stop_leaves_a_checkpoint_that_resume_continues(head, storage_root):
+    # No run.dir: the job writes under the storage root (RELAYRL_STORAGE, the test's), never
+    # inside its working directory, and a second job resumes from the printed run directory.
     job_id = head.submit(
         "--set",
         "controller.total_frames=10000000",
         "--set",
         "controller.log_interval_s=0.5",
-        "--set",
-        f"run.dir={run_dir}",
     )
     follow = subprocess.Popen(
         ["ray", "job", "logs", "--address", head.dashboard, "--follow", job_id],
@@ -203,22 +202,35 @@ def test_job_stop_leaves_a_checkpoint_that_resume_continues(head, tmp_path):
     logs = head.logs(job_id)
     summary = json.loads([line for line in logs.splitlines() if line.startswith("{")][-1])
     assert summary["stopped_early"] is True and summary["checkpoint"]
+    run_dir = Path(summary["run_dir"])
+    assert run_dir.is_absolute() and run_dir.parent == storage_root
+    assert run_dir.name == summary["run_id"] and f"directory {run_dir}" in logs
     checkpoint, manifest = latest_valid(run_dir / "checkpoints")
     assert str(checkpoint) == summary["checkpoint"]
     assert manifest["counters"]["collected_frames"] == summary["frames"]
 
     resumed = head.submit(
         "--resume",
-        str(run_dir / "checkpoints"),
+        summary["run_dir"],
         "--set",
         f"controller.total_frames={summary['frames'] + 2000}",
-        "--set",
-        f"run.dir={tmp_path / 'resumed'}",
     )
     assert head.wait(resumed) == "SUCCEEDED", head.logs(resumed)[-3000:]
     final = json.loads([ln for ln in head.logs(resumed).splitlines() if ln.startswith("{")][-1])
     assert final["frames"] >= summary["frames"] + 2000
     assert final["optim_steps"] > summary["optim_steps"] and final["generation"] == 1
+    assert Path(final["run_dir"]).parent == storage_root and final["run_id"] != summary["run_id"]
+    assert latest_valid(Path(final["run_dir"]) / "checkpoints")[0] == Path(final["checkpoint"])
+
+
+@pytest.mark.slow
+def test_a_job_refuses_run_data_inside_its_working_directory(head):
+    job_id = head.submit("--set", "run.storage=results")  # relative: the job's working dir
+    head.wait(job_id)  # its status message quotes the log tail, which may say "running"
+    status = head.job("status", job_id)
+    assert "exit code 2" in status.stdout + status.stderr  # refused as an invalid config
+    logs = head.logs(job_id)
+    assert "invalid config: run.storage:" in logs and "working directory" in logs, logs[-2000:]
 
 
 @pytest.mark.slow

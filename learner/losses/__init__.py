@@ -10,6 +10,8 @@ per-item ``td_error`` can feed prioritized replay. Each module's docstring state
     * ``reinforce``: :class:`ReinforceLoss` (Monte-Carlo policy gradient, optional baseline).
     * ``sac``: :class:`SACLoss` (twin Q, Polyak targets, tanh-Gaussian actor, learned
       temperature), optimized by ``learner.multi.MultiOptimizerStepper``.
+    * ``torchrl_loss``: ``learner.loss: torchrl:DQNLoss``, a ``torchrl.objectives`` class built
+      around the policy network, fed TorchRL's nested batch layout (the ``torchrl`` extra).
 
 A factory is called as ``factory(policy_network, learner_config)``; the policy network is the
 one published to collectors, and a loss builds whatever else it needs (critics, targets).
@@ -47,6 +49,10 @@ def loss_factory_for(config) -> LossFactory:
     """
     if config.loss in LOSSES:
         return LOSSES[config.loss]
+    if config.loss.startswith("torchrl:"):  # a torchrl.objectives class (the torchrl extra)
+        from learner.losses.torchrl_loss import torchrl_loss
+
+        return torchrl_loss
     return resolve_factory(config.loss, "loss")
 
 
