@@ -80,6 +80,12 @@ Restarts. Ray restarts a dead collector (``max_restarts``) from its constructor:
 sequence numbers from 0, initial weights. The driver calls :meth:`CollectorGroup.mark_dead`
 with the failed rollout's reference; the group counts one restart per death (not per lost
 rollout) and re-sends the newest weights with the collector's next rollouts.
+
+Faults inside a collector: a replay write its shard cannot take (dead or restarting) goes to the
+next shard under the same ``(writer_id, seq)``; an exception inside an env step (every sub-env
+is wrapped in :class:`GuardedEnv`) rebuilds the collector's envs on fresh seeds and fails the
+rollout with an :class:`EnvError` naming the env id and index, which the driver counts (nothing
+of that rollout was written).
 """
 
 from __future__ import annotations
@@ -90,6 +96,8 @@ import importlib
 # does not import the whole package (torch.distributed, DDP, env machinery).
 _EXPORTS = {
     "EpisodeTracker": "collector.episodes",
+    "EnvError": "collector.env",
+    "GuardedEnv": "collector.env",
     "FrameStreamBuffer": "collector.framestream",
     "PixelQSpec": "collector.cnn",
     "make_atari": "collector.atari",

@@ -22,6 +22,12 @@ Layout:
     * ``sharding`` / ``client``: :class:`ReplayClient`, which routes writes by writer, splits each
       sample across shards, fetches the parts concurrently, prefetches, and routes priority updates.
 
+Shard faults: a shard is a restartable actor (``replay.max_restarts``) that comes back empty
+(its ``health`` reports a new incarnation; the driver refills it from the latest checkpoint). A
+client marks a shard whose call fails as down: its share of each sample is drawn again from the
+live shards (batches keep their size), its priority updates are dropped, and a probe brings it
+back once Ray has restarted it; a collector whose write fails sends it to the next shard.
+
 Using it from a learner (prioritized, annealed beta, priority updates, prefetch)::
 
     client = ReplayClient(shards, seed=seed)

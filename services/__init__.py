@@ -45,7 +45,14 @@ Layout:
       on one cluster; ``sweep_report``: its tables and its return-vs-frames plot across seeds.
     * ``checkpoint_bench``: ``python -m services.checkpoint_bench``; ``bench``:
       ``python -m services.bench solve`` (time to solve from process start, per algorithm) and
-      ``python -m services.bench grpc`` (external insert throughput against a raw gRPC stream).
+      ``python -m services.bench grpc`` (external insert throughput against a raw gRPC stream),
+      ``atari`` (the pixel data path) and ``soak`` (faults injected on a schedule).
+    * ``faults``: the driver's side of the failure model: non-blocking replay shard health
+      checks (a restarted shard is refilled from the latest checkpoint and its items counted as
+      lost), the crash-loop rule, and the node names in failure messages; the controller also
+      kills collectors whose rollouts hang and counts env errors and skipped non-finite steps.
+    * ``embedded``: the embedded local Ray's processes in a session of their own, so a signal
+      to the driver's process group stops the run cleanly instead of killing the cluster.
     * ``clock``: this process's start time (start-up and time-to-solve figures).
     * gRPC (``grpc.port``): ``grpc_config``: the ``grpc`` config section;
       ``proto/relayrl/v1``: ``relayrl.proto`` and its checked-in generated modules;
