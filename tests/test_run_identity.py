@@ -11,6 +11,7 @@ from services.metrics import METRICS, MetricsExporter
 from services.placement import demand_text, run_demand
 from services.rundir import resolve_run_dir
 from services.runid import JOB_CONFIG_ENV, new_run_id
+from services.stats import RunCounters
 from services.sweep import grid_points, parse_seeds, split_values
 from services.sweep_report import point_rows, run_rows
 
@@ -51,13 +52,8 @@ def scrape(url: str) -> list:
     return [s for family in text_string_to_metric_families(text) for s in family.samples]
 
 
-class _Counters:
-    published_version = generation = optim_steps = collector_failures = 0
-    collected_frames = 100
-
-
 class _Controller:
-    counters = _Counters()
+    counters = RunCounters(collected_frames=100)
 
 
 def test_every_series_carries_the_run_label_and_endpoints_differ(tmp_path):
