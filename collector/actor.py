@@ -80,7 +80,9 @@ class Collector:
         env_id: Gymnasium id or ``module:function`` env factory.
         num_envs: Sub-environments stepped in one vector env.
         model_spec: Network spec (``ModelSpec`` for DQN, ``ActorCriticSpec`` for PPO, A2C and
-            REINFORCE, ``SquashedGaussianSpec`` for SAC).
+            REINFORCE, ``SquashedGaussianSpec`` for SAC, ``collector.agents.AgentQSpec`` for
+            IQL, VDN and QMIX). A spec with ``make_vector_env`` builds the envs (same
+            arguments as :func:`collector.env.make_vector_env`).
         shards: Replay shard handles, or their actor names in namespace ``relayrl`` (preferred:
             restartable actors should not hold handles in their constructor arguments).
         seed: Run seed; env, exploration and init seeds are derived from it and ``collector_id``.
@@ -127,7 +129,9 @@ class Collector:
         )
         seeds = env_seeds(seed, collector_id, num_envs)
         if transform is None:
-            envs = make_vector_env(env_id, num_envs, mode=vector_mode, env_kwargs=env_kwargs)
+            # A spec whose policy needs another env interface (multi-agent) builds the envs.
+            make_envs = getattr(model_spec, "make_vector_env", make_vector_env)
+            envs = make_envs(env_id, num_envs, mode=vector_mode, env_kwargs=env_kwargs)
             self.worker = RolloutWorker(envs, self.policy, seeds, n_step=n_step, gamma=gamma)
             self.transitions = f"nstep-{n_step}"
         else:

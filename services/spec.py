@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import gymnasium as gym
 
-from services.algorithms import AlgorithmConfigError, check_spaces, spec_for
+from services import multiagent
+from services.algorithms import AlgorithmConfigError, algorithm_for, check_spaces, spec_for
 from services.config import ConfigError, RunConfig
 
 Spaces = tuple[gym.Space, gym.Space]
@@ -17,6 +18,11 @@ def env_spaces(config: RunConfig) -> Spaces:
         ConfigError: If the env id is unknown or its spaces do not suit the algorithm.
     """
     env_id = config.collector.env_id
+    if algorithm_for(config).multi_agent:  # the PettingZoo wrapper's Dict and MultiDiscrete
+        try:
+            return multiagent.env_spaces(config)
+        except multiagent.MultiAgentConfigError as err:
+            raise ConfigError(str(err)) from None
     try:
         env = gym.make(env_id, **config.collector.env_kwargs)
     except gym.error.Error as err:
