@@ -14,6 +14,7 @@ import importlib.util
 
 import gymnasium as gym
 
+from collector.env import is_factory_path
 from collector.multiagent import (
     EXTRA,
     agent_layout,
@@ -30,8 +31,7 @@ MIXER_OF = {"iql": "none", "vdn": "vdn", "qmix": "qmix"}
 # scaled to this project's CPU budgets.
 DEFAULTS = {
     "collector": {
-        "env_id": SPREAD,
-        "env_kwargs": {"N": 3, "max_cycles": 25, "continuous_actions": False},
+        "env_id": SPREAD,  # its defaults: N=3 agents, max_cycles=25, discrete actions
         "envs_per_collector": 8,
         "rollout_frames": 200,
         "n_step": 1,
@@ -71,8 +71,13 @@ def check(config) -> None:
     if not has_pettingzoo():
         raise MultiAgentConfigError(f"algorithm: {name} needs the marl extra; {EXTRA}")
     collector, options = config.collector, config.learner.marl
+    if not is_factory_path(collector.env_id):
+        raise MultiAgentConfigError(
+            f"collector.env_id: {name} needs a 'module:function' factory returning a PettingZoo "
+            f"parallel env (e.g. {SPREAD!r}), got {collector.env_id!r}"
+        )
     root = collector.env_id.partition(":")[0].split(".")[0]
-    if root and importlib.util.find_spec(root) is None:
+    if importlib.util.find_spec(root) is None:
         hint = f"; {EXTRA}" if root == "mpe2" else ""
         raise MultiAgentConfigError(
             f"collector.env_id: cannot import {root!r} for {collector.env_id!r}{hint}"
