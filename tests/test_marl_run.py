@@ -41,9 +41,11 @@ def test_spread_configs_learn_well_above_random(ray_cluster, tmp_path, name):
             "metrics.enabled=false",
             f"checkpoint.dir={tmp_path}",
             "checkpoint.at_end=false",
-            "controller.total_frames=24000",
-            "controller.init_random_frames=1000",
-            "collector.epsilon_anneal_frames=10000",
+            "controller.total_frames=10000",
+            "controller.init_random_frames=500",
+            "controller.utd_ratio=0.25",
+            "collector.epsilon_anneal_frames=5000",
+            "learner.global_batch_size=128",
         ],
     )
     baseline = random_return(config)
@@ -55,8 +57,8 @@ def test_spread_configs_learn_well_above_random(ray_cluster, tmp_path, name):
         summary = controller.run()
     finally:
         controller.shutdown()
-    assert summary["frames"] == summary["transitions"] >= 24000
-    assert summary["optim_steps"] == summary["model_version"] > 2500
+    assert summary["frames"] == summary["transitions"] >= 10000
+    assert summary["optim_steps"] == summary["model_version"] > 2000
     assert {"loss_q", "q_mean", "q_tot_mean"} <= set(rounds[-1].metrics)
     # The mean over the last 100 episodes (epsilon 0.05 by then) beats random play clearly.
     assert summary["episode_return_mean"] > baseline + 8, (summary, baseline)
