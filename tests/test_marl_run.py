@@ -2,35 +2,15 @@
 
 import dataclasses
 
-import numpy as np
 import pytest
 import torch
 
-from collector.multiagent import ParallelVectorEnv
+from services.bench.marl import random_play
 from services.config import load_config
 from services.controller import Controller
 from tests.conftest import ROOT
 
 CONFIGS = ROOT / "deploy" / "configs"
-
-
-def random_return(config, episodes: int = 100) -> float:
-    """Mean team return of uniform random play on the config's env (the baseline to beat)."""
-    c = config.collector
-    envs = ParallelVectorEnv.from_factory(c.env_id, 4, env_kwargs=c.env_kwargs)
-    rng = np.random.default_rng(0)
-    envs.reset(seed=[11, 12, 13, 14])
-    returns, running = [], np.zeros(4)
-    while len(returns) < episodes:
-        actions = rng.integers(0, envs.layout.num_actions, size=(4, envs.n_agents))
-        _, reward, terminated, truncated, _ = envs.step(actions)
-        running += reward
-        for i in np.flatnonzero(terminated | truncated):
-            returns.append(running[i])
-            running[i] = 0.0
-        # The following auto-reset step returns reward 0, so the running sum stays right.
-    envs.close()
-    return float(np.mean(returns))
 
 
 @pytest.mark.parametrize("name", ["spread_iql.yaml", "spread_vdn.yaml", "spread_qmix.yaml"])
@@ -48,7 +28,7 @@ def test_spread_configs_learn_well_above_random(ray_cluster, tmp_path, name):
             "learner.global_batch_size=128",
         ],
     )
-    baseline = random_return(config)
+    baseline = random_play(config.collector.env_id, config.collector.env_kwargs)["return_mean"]
     assert -95 < baseline < -70  # Spread, 3 agents, 25 steps: about -81
     controller = Controller(config)
     rounds = []

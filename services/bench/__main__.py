@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib
 import sys
 
-SUBCOMMANDS = ("grpc", "solve")
+SUBCOMMANDS = ("grpc", "solve", "marl")
 
 
 def main(argv: list[str]) -> int:
