@@ -92,6 +92,11 @@ def check(config) -> None:
             "collector.global_state: qmix conditions its mixer on the global state; "
             "use 'auto', 'env' or 'observations', got 'none'"
         )
+    if config.grpc.enabled:
+        raise MultiAgentConfigError(
+            "grpc.port: external actors insert single-agent transitions; multi-agent runs "
+            f"collect with their own collectors (grpc.port: null), got {config.grpc.port}"
+        )
     if collector.vector_mode != "sync":
         raise MultiAgentConfigError(
             f"collector.vector_mode: multi-agent envs step in-process ('sync'), "

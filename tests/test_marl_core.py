@@ -207,6 +207,8 @@ def test_refusals_name_the_field():
     assert message.startswith("collector.global_state:") and "qmix" in message
     message = refused("learner.marl.mixer=vdn")
     assert message.startswith("learner.marl.mixer:")
+    message = refused("grpc.port=0")
+    assert message.startswith("grpc.port:") and "single-agent" in message
     message = refused("collector.vector_mode=async")
     assert message.startswith("collector.vector_mode:")
     message = refused("collector.env_id=CartPole-v1")
