@@ -12,7 +12,7 @@ and the per-seed values. The last line of standard output is one JSON object key
 by at least a third of the gap between random and the best method and match IQL.
 
 Examples:
-    python -m services.bench marl --frames 100000 --seeds 3
+    python -m services.bench marl --frames 60000 --seeds 3
 """
 
 from __future__ import annotations
@@ -120,7 +120,7 @@ def verdict(report: Mapping[str, Mapping[str, float]]) -> str:
 def main(argv: list[str] | None = None) -> int:
     """Runs the benchmark; returns the exit code."""
     parser = argparse.ArgumentParser(prog="python -m services.bench marl")
-    parser.add_argument("--frames", type=int, default=100_000, help="frames per run")
+    parser.add_argument("--frames", type=int, default=60_000, help="frames per run")
     parser.add_argument("--seeds", type=int, default=3, help="seeds 0..N-1 per method")
     parser.add_argument("--methods", default=",".join(METHODS), help="comma-separated subset")
     args = parser.parse_args(argv)
