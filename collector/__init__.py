@@ -12,6 +12,11 @@ Layout:
       store each action's ``log_prob`` and the critic's ``value`` (PPO, A2C, REINFORCE).
     * ``squashed``: :class:`SquashedGaussianSpec`, SAC's tanh-Gaussian actor and its policy
       (uniform random actions during warm-up).
+    * ``multiagent``: :class:`ParallelVectorEnv`, PettingZoo parallel envs (cooperative
+      multi-agent, the ``marl`` extra) as one vector env: agent fields stacked
+      ``[num_envs, n_agents, ...]``, the global state, the team reward and team episode ends.
+    * ``agents``: :class:`AgentQSpec`, one parameter-shared agent Q-network (observation plus a
+      one-hot agent id) and per-agent epsilon-greedy (IQL, VDN, QMIX).
     * ``nstep``: :class:`NStepBuffer`, n-step windows built collector-side (off-policy).
     * ``atari``: :func:`make_atari`, Atari envs with the DQN preprocessing (``atari`` extra);
       ``cnn``: :class:`PixelQSpec`, the Nature-DQN CNN or IMPALA ResNet over uint8 stacks;
@@ -29,7 +34,10 @@ Layout:
 Off-policy transitions. The worker drops gymnasium's auto-reset steps, so no transition spans two
 episodes, and only written transitions count as frames. Every transition stores
 ``observation, action, reward, next_observation, terminated, truncated, n_step_discount,
-policy_version`` (plus ``log_prob, value`` for stochastic actors). With ``n_step = n`` a
+policy_version`` (plus ``log_prob, value`` for stochastic actors). Multi-agent transitions store
+``observation, next_observation`` ``[n_agents, obs]`` and ``action`` ``[n_agents]`` per item,
+``state, next_state`` (the global state) and a team ``reward``; replay, n-step windows, sharding
+and checkpoints treat the agent dimension as data. With ``n_step = n`` a
 transition sums ``k <= n`` discounted rewards, stopping at the episode's end; ``next_observation``
 is the observation ``k`` steps later (the terminal or truncated state if the episode ended) and
 ``n_step_discount = gamma^k``, so the target is

@@ -83,7 +83,9 @@ class Collector:
         env_id: Gymnasium id or ``module:function`` env factory.
         num_envs: Sub-environments stepped in one vector env.
         model_spec: Network spec (``ModelSpec`` for DQN, ``ActorCriticSpec`` for PPO, A2C and
-            REINFORCE, ``SquashedGaussianSpec`` for SAC).
+            REINFORCE, ``SquashedGaussianSpec`` for SAC, ``collector.agents.AgentQSpec`` for
+            IQL, VDN and QMIX). A spec with ``make_vector_env`` builds the envs (same
+            arguments as :func:`collector.env.make_vector_env`).
         shards: Replay shard handles, or their actor names in namespace ``relayrl`` (preferred:
             restartable actors should not hold handles in their constructor arguments).
         seed: Run seed; env, exploration and init seeds are derived from it and ``collector_id``.
@@ -133,14 +135,21 @@ class Collector:
         )
         seeds = env_seeds(seed, collector_id, num_envs)
         self.env_id = env_id
-        self._make_envs = functools.partial(
-            make_vector_env,
-            env_id,
-            num_envs,
-            mode=vector_mode,
-            env_kwargs=env_kwargs,
-            autoreset="next_step" if transform is None else "same_step",
-        )
+        if hasattr(model_spec, "make_vector_env"):
+            # A spec whose policy needs another env interface (multi-agent) builds the envs.
+            make = model_spec.make_vector_env
+            self._make_envs = functools.partial(
+                make, env_id, num_envs, mode=vector_mode, env_kwargs=env_kwargs
+            )
+        else:
+            self._make_envs = functools.partial(
+                make_vector_env,
+                env_id,
+                num_envs,
+                mode=vector_mode,
+                env_kwargs=env_kwargs,
+                autoreset="next_step" if transform is None else "same_step",
+            )
         envs = self._make_envs()
         if transform is None:
             self.worker = RolloutWorker(

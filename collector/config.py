@@ -9,6 +9,7 @@ from typing import Any
 from collector.env import VECTOR_MODES
 
 EPSILON_SCHEDULES = ("linear", "apex")
+GLOBAL_STATES = ("auto", "env", "observations", "none")
 
 # Replay writes up to this size travel inline in the write call (collector to shard over gRPC)
 # instead of through the object store. Ray's default cut is 100 KiB; an 8,192-frame CartPole
@@ -37,6 +38,10 @@ class CollectorConfig:
     Attributes:
         env_id: Gymnasium environment id, or ``package.module:function`` returning one env.
         env_kwargs: Keyword arguments for ``gymnasium.make`` or the factory.
+        global_state: Multi-agent envs (IQL, VDN, QMIX): the global state stored with each
+            transition: ``env`` (the env's ``state()``), ``observations`` (the agents'
+            observations concatenated), ``auto`` (``state()`` if the env has one, else the
+            observations) or ``none`` (nothing; QMIX needs a state).
         num_collectors: Collector actors (0: experience comes only from external actors over
             gRPC, which needs ``grpc.port``).
         envs_per_collector: Sub-environments per collector (one vector env).
@@ -75,6 +80,7 @@ class CollectorConfig:
     # Environments
     env_id: str = "CartPole-v1"
     env_kwargs: dict[str, Any] = dataclasses.field(default_factory=dict)
+    global_state: str = "auto"
     num_collectors: int = 2
     envs_per_collector: int = 8
     vector_mode: str = "sync"
@@ -107,6 +113,12 @@ class CollectorConfig:
                 "env_id",
                 "must be a gymnasium id or module:function",
                 self.env_id,
+            ),
+            (
+                self.global_state in GLOBAL_STATES,
+                "global_state",
+                f"must be one of {GLOBAL_STATES}",
+                self.global_state,
             ),
             (
                 self.num_collectors >= 0,

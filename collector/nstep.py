@@ -12,6 +12,11 @@ episode ends first (at its terminating or truncating step, which is included)::
 so a learner's target is ``reward + n_step_discount * (1 - terminated) * V(next_observation)``.
 With ``n = 1`` this is the ordinary one-step transition with ``n_step_discount = gamma``.
 
+Observations may be one array or a mapping of arrays (a gymnasium ``Dict`` observation, or a
+multi-agent env's ``{"observation": [num_envs, n_agents, ...], "state": [num_envs, ...]}``): each
+entry ``key`` is stored as ``key`` (at the window's start) and ``next_key`` (after its end); a
+plain array is stored as ``observation`` and ``next_observation``.
+
 A window is emitted only once it is complete; the last ``n - 1`` steps of a rollout wait for the
 next rollout, so a rollout boundary never cuts a window short. Steps that only auto-reset an
 env (``valid`` false) are never the start of a window, and no window crosses one, because every
@@ -19,6 +24,8 @@ auto-reset step follows an episode end.
 """
 
 from __future__ import annotations
+
+from collections.abc import Mapping
 
 import numpy as np
 
@@ -58,7 +65,7 @@ class NStepBuffer:
         self.gamma = gamma
         self.discounts = gamma ** np.arange(n + 1, dtype=np.float64)
         self.pending: dict[str, np.ndarray] | None = None
-        self.pending_obs: np.ndarray | None = None
+        self.pending_obs: dict[str, np.ndarray] | None = None
 
     def __len__(self) -> int:
         """Vector steps whose windows are still open."""
@@ -69,40 +76,48 @@ class NStepBuffer:
         self.pending = None
         self.pending_obs = None
 
-    def add(self, steps: dict[str, np.ndarray], obs: np.ndarray) -> dict[str, np.ndarray]:
+    def add(
+        self, steps: dict[str, np.ndarray], obs: np.ndarray | Mapping[str, np.ndarray]
+    ) -> dict[str, np.ndarray]:
         """Adds one rollout's steps and returns the transitions whose windows are complete.
 
         Args:
             steps: Time-major arrays ``[T, num_envs, ...]``: ``STEP_KEYS`` plus any extras
                 (e.g. ``log_prob``, ``value``), which are taken from a window's first step.
-            obs: Observations ``[T + 1, num_envs, ...]``; ``obs[t + 1]`` follows step ``t``.
+            obs: Observations ``[T + 1, num_envs, ...]``; ``obs[t + 1]`` follows step ``t``. A
+                mapping of such arrays stores each entry ``key`` as ``key`` and ``next_key``.
 
         Returns:
             Flat arrays, time-major then env order: ``observation``, ``action``, ``reward``,
-            ``next_observation``, ``terminated``, ``truncated``, ``n_step_discount``,
-            ``policy_version`` and the extras, for valid window starts only.
+            ``next_observation`` (or each observation entry and its ``next_`` twin),
+            ``terminated``, ``truncated``, ``n_step_discount``, ``policy_version`` and the
+            extras, for valid window starts only.
         """
+        obs = dict(obs) if isinstance(obs, Mapping) else {"observation": obs}
         if self.pending is not None:
             steps = {k: np.concatenate([self.pending[k], v]) for k, v in steps.items()}
-            obs = np.concatenate([self.pending_obs, obs])
+            obs = {k: np.concatenate([self.pending_obs[k], v]) for k, v in obs.items()}
         length = len(steps["reward"])
         starts = max(0, length - self.n + 1)
         reward, terminated, truncated = steps["reward"], steps["terminated"], steps["truncated"]
         if self.n == 1:
             ret, ends, term, trunc = reward, None, terminated, truncated
-            next_obs = obs[1:]
+            next_obs = {k: v[1:] for k, v in obs.items()}
             discount = np.full(reward.shape, self.gamma, dtype=np.float32)
         else:
             ret, ends, term, trunc = self._windows(reward, terminated, truncated, starts)
             rows = np.arange(starts)[:, None] + ends + 1
-            next_obs = obs[rows, np.arange(reward.shape[1])[None, :]]
+            envs = np.arange(reward.shape[1])[None, :]
+            next_obs = {k: v[rows, envs] for k, v in obs.items()}
             discount = self.discounts[ends + 1].astype(np.float32)
         mask = steps["valid"][:starts]
-        out = {
-            "observation": obs[:starts][mask],
+        out = {}
+        for key, value in obs.items():
+            out[key] = value[:starts][mask]
+            out[f"next_{key}"] = next_obs[key][mask]
+        out |= {
             "action": steps["action"][:starts][mask],
             "reward": ret[mask].astype(np.float32),
-            "next_observation": next_obs[mask],
             "terminated": term[mask],
             "truncated": trunc[mask],
             "n_step_discount": discount[mask],
@@ -113,7 +128,7 @@ class NStepBuffer:
                 out[key] = value[:starts][mask]
         if starts < length:
             self.pending = {k: v[starts:] for k, v in steps.items()}
-            self.pending_obs = obs[starts:length]
+            self.pending_obs = {k: v[starts:length] for k, v in obs.items()}
         else:
             self.clear()
         return out

@@ -8,7 +8,11 @@ policy has ``act(obs, explore) -> (actions, extras)`` (extras: per-env arrays st
 transition, e.g. ``log_prob`` and ``value``) and ``state_dict``/``load_state_dict`` for its RNG.
 :class:`ModelSpec` makes :class:`EpsilonGreedy` (DQN); ``collector.stochastic.ActorCriticSpec``
 makes categorical or Gaussian actor-critics (PPO, A2C, REINFORCE);
-``collector.squashed.SquashedGaussianSpec`` makes SAC's tanh-Gaussian actor.
+``collector.squashed.SquashedGaussianSpec`` makes SAC's tanh-Gaussian actor;
+``collector.agents.AgentQSpec`` makes per-agent epsilon-greedy over one parameter-shared agent
+network (IQL, VDN, QMIX). A spec may also have ``make_vector_env`` (the arguments of
+:func:`collector.env.make_vector_env`) when its policy needs another env interface: the
+multi-agent spec builds PettingZoo envs wrapped by ``collector.multiagent``.
 
 Exploration parameters travel as a small mapping set by the driver's schedule on every rollout
 (:func:`exploration`): ``epsilon`` (epsilon-greedy), ``random`` (uniform random actions, e.g.

@@ -8,6 +8,10 @@ stored apart: a learner bootstraps through a truncation (from the truncated stat
 stored ``next_observation``) but not through a termination. N-step windows are built by
 :class:`collector.nstep.NStepBuffer` and stay open across rollouts.
 
+Observations may be arrays or mappings of arrays (gymnasium ``Dict`` spaces, or the multi-agent
+envs of ``collector.multiagent``: agents' observations and the global state); each entry is
+stored under its own key (see :mod:`collector.nstep`).
+
 The step loop does only what must happen per step (policy, env step, five buffer writes); the
 validity mask and the episode statistics are computed afterwards, vectorized over the rollout.
 """
@@ -109,8 +113,8 @@ class RolloutWorker(CountsEpisodes):
         """
         n = self.num_envs
         obs = self.obs
-        obs_buf = np.empty((num_steps + 1, n, *obs.shape[1:]), dtype=obs.dtype)
-        obs_buf[0] = obs
+        keyed = isinstance(obs, dict)
+        obs_buf = _obs_buffer(obs, num_steps + 1)
         reward_buf = np.empty((num_steps, n), dtype=np.float32)
         term_buf = np.empty((num_steps, n), dtype=bool)
         trunc_buf = np.empty((num_steps, n), dtype=bool)
@@ -131,7 +135,11 @@ class RolloutWorker(CountsEpisodes):
                 if bounds is not None:
                     actions = np.clip(actions, *bounds)
                 obs, reward_buf[t], term_buf[t], trunc_buf[t], _ = step(actions)
-                obs_buf[t + 1] = obs
+                if keyed:
+                    for key, value in obs.items():
+                        obs_buf[key][t + 1] = value
+                else:
+                    obs_buf[t + 1] = obs
         self.obs = obs
         done = term_buf | trunc_buf
         valid = np.empty((num_steps, n), dtype=bool)
@@ -151,3 +159,12 @@ class RolloutWorker(CountsEpisodes):
         batch = RolloutBatch(self.windows.add(steps, obs_buf), returns, lengths)
         self.frames += batch.frames
         return batch
+
+
+def _obs_buffer(obs, length: int):
+    """A time-major buffer ``[length, num_envs, ...]`` (one per mapping entry), step 0 ``obs``."""
+    if isinstance(obs, dict):
+        return {key: _obs_buffer(value, length) for key, value in obs.items()}
+    buffer = np.empty((length, *obs.shape), dtype=obs.dtype)
+    buffer[0] = obs
+    return buffer

@@ -7,9 +7,10 @@ Layout:
       each with its math in its docstring: :class:`DQNLoss` (double DQN, Huber, per-item
       ``td_error``), :class:`PPOLoss` (clipped surrogate, optional value clipping, entropy,
       KL and clip-fraction diagnostics), :class:`A2CLoss`, :class:`ReinforceLoss` (optional
-      baseline), :class:`SACLoss` (twin Q, Polyak targets, learned temperature);
-      ``LearnerConfig.loss`` names one or a user ``"module:factory"``; ``options``: their
-      settings (``learner.onpolicy``, ``learner.sac``).
+      baseline), :class:`SACLoss` (twin Q, Polyak targets, learned temperature),
+      :class:`MultiAgentQLoss` (IQL, VDN, QMIX over a shared agent network; the mixers in
+      ``losses.mixers``); ``LearnerConfig.loss`` names one or a user ``"module:factory"``;
+      ``options``: their settings (``learner.onpolicy``, ``learner.sac``, ``learner.marl``).
     * ``loss``: :class:`LossDispatch` routes named loss methods through DDP.
     * ``stepper``: the :class:`Stepper` protocol and :class:`DefaultStepper` (clip by norm or
       value, ``grad_norm``, optional LR scheduler); ``precision``: :class:`MixedPrecisionStepper`
@@ -74,6 +75,8 @@ _EXPORTS = {
     "A2CLoss": "learner.losses.a2c",
     "DefaultStepper": "learner.stepper",
     "EpochPlan": "learner.sampling",
+    "MultiAgentOptions": "learner.options",
+    "MultiAgentQLoss": "learner.losses.marl",
     "MultiOptimizerStepper": "learner.multi",
     "OnPolicyOptions": "learner.options",
     "PPOLoss": "learner.losses.ppo",

@@ -5,11 +5,11 @@ from __future__ import annotations
 import dataclasses
 import re
 
-from learner.options import OnPolicyOptions, SACOptions
+from learner.options import MultiAgentOptions, OnPolicyOptions, SACOptions
 
 BACKENDS = ("auto", "gloo", "nccl")
 STRATEGIES = ("PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD")
-LOSSES = ("dqn", "ppo", "a2c", "reinforce", "sac")
+LOSSES = ("dqn", "ppo", "a2c", "reinforce", "sac", "marl")
 STEPPERS = ("auto", "default", "mixed_precision", "delayed_policy", "multi_optimizer")
 OPTIMIZERS = ("adam", "adamw", "sgd", "rmsprop")
 GRAD_CLIPS = ("norm", "value", "none")
@@ -44,7 +44,7 @@ class LearnerConfig:
         priority_key: Per-item entry of the loss output used as the new priority.
         hidden_sizes: Hidden layer widths of the policy network (Q-network, actor-critic MLPs,
             SAC's actor).
-        loss: ``dqn``, ``ppo``, ``a2c``, ``reinforce``, ``sac`` (set by the run's
+        loss: ``dqn``, ``ppo``, ``a2c``, ``reinforce``, ``sac``, ``marl`` (set by the run's
             ``algorithm``) or a ``"module:factory"`` path; the factory is called as
             ``factory(policy_network, config)`` and returns a module mapping a TensorDict batch
             to a TensorDict with ``loss_*`` entries (TorchRL's LossModule convention).
@@ -57,6 +57,7 @@ class LearnerConfig:
             (IMPALA ResNet); see ``collector.cnn``.
         onpolicy: PPO, A2C and REINFORCE options (:class:`learner.options.OnPolicyOptions`).
         sac: SAC options (:class:`learner.options.SACOptions`).
+        marl: IQL, VDN and QMIX options (:class:`learner.options.MultiAgentOptions`).
         find_unused_parameters: DDP option for losses whose named methods use a subset of the
             parameters (actor-critic losses).
         stepper: ``auto`` (``multi_optimizer`` for SAC, ``mixed_precision`` when ``precision``
@@ -108,6 +109,7 @@ class LearnerConfig:
     find_unused_parameters: bool = False
     onpolicy: OnPolicyOptions = dataclasses.field(default_factory=OnPolicyOptions)
     sac: SACOptions = dataclasses.field(default_factory=SACOptions)
+    marl: MultiAgentOptions = dataclasses.field(default_factory=MultiAgentOptions)
     # Optimization
     stepper: str = "auto"
     stepper_options: dict = dataclasses.field(default_factory=dict)

@@ -1,7 +1,8 @@
 """Per-family loss options, nested in :class:`learner.config.LearnerConfig`.
 
 ``learner.onpolicy`` holds what PPO, A2C and REINFORCE read (epochs and minibatches of the
-lockstep loop, clipping, coefficients); ``learner.sac`` holds SAC's temperature and critics.
+lockstep loop, clipping, coefficients); ``learner.sac`` holds SAC's temperature and critics;
+``learner.marl`` holds the multi-agent mixer (IQL, VDN, QMIX).
 """
 
 from __future__ import annotations
@@ -81,3 +82,32 @@ class SACOptions:
             "must be positive widths",
             self.critic_hidden_sizes,
         )
+
+
+MIXERS = ("none", "vdn", "qmix")
+
+
+@dataclasses.dataclass(frozen=True)
+class MultiAgentOptions:
+    """The multi-agent Q-learning mixer and agent inputs (``loss: marl``).
+
+    Attributes:
+        mixer: ``none`` (independent Q-learners, IQL), ``vdn`` (sum of agent values) or
+            ``qmix`` (monotonic hypernetwork mixer on the global state); set by the
+            ``algorithm`` (iql, vdn, qmix).
+        mixing_embed_dim: QMIX mixing layer width.
+        hypernet_hidden: Hidden width of QMIX's weight hypernetworks (0: one linear layer).
+        prev_action: Agents also see the one-hot of their previous action.
+    """
+
+    mixer: str = "qmix"
+    mixing_embed_dim: int = 32
+    hypernet_hidden: int = 64
+    prev_action: bool = False
+
+    def __post_init__(self) -> None:
+        _check(self.mixer in MIXERS, "mixer", f"must be one of {MIXERS}", self.mixer)
+        _check(
+            self.mixing_embed_dim >= 1, "mixing_embed_dim", "must be >= 1", self.mixing_embed_dim
+        )
+        _check(self.hypernet_hidden >= 0, "hypernet_hidden", "must be >= 0", self.hypernet_hidden)

@@ -3,9 +3,11 @@
 Layout:
     * ``config``: :class:`RunConfig`, the frozen per-component configs composed into one, loaded
       from YAML plus ``--set`` overrides and validated before any actor starts.
-    * ``algorithms``: the recipes behind ``algorithm: dqn | ppo | a2c | reinforce | sac``: each
-      picks a loop, a loss and a collector policy, fills the config fields left unset, and
-      refuses combinations that cannot work (naming the field) before any actor starts.
+    * ``algorithms``: the recipes behind ``algorithm: dqn | ppo | a2c | reinforce | sac | iql |
+      vdn | qmix``: each picks a loop, a loss and a collector policy, fills the config fields
+      left unset, and refuses combinations that cannot work (naming the field) before any actor
+      starts; ``multiagent``: the multi-agent recipes' defaults (Spread), refusals, env spaces
+      and agent network spec.
     * ``spec``: the model spec the algorithm builds from the env's spaces.
     * ``controller``: :class:`Controller`, the run's shared runtime (see its docstring):
       receipts in, counters and references out, never batches; setup starts every actor at

@@ -8,8 +8,10 @@ An algorithm is three choices, not a branch in the controller (DESIGN, "Algorith
   exactly that batch, publish: PPO, A2C, REINFORCE);
 * a **loss** (``learner.losses``), named by ``learner.loss``;
 * a **collector policy** (the model spec): epsilon-greedy over a Q-network (DQN), a categorical
-  or Gaussian actor-critic (PPO, A2C, REINFORCE; from the env's action space), or SAC's
-  tanh-Gaussian actor; on-policy collectors also build advantages (GAE) or Monte-Carlo returns.
+  or Gaussian actor-critic (PPO, A2C, REINFORCE; from the env's action space), SAC's
+  tanh-Gaussian actor, or per-agent epsilon-greedy over one parameter-shared agent network
+  (IQL, VDN, QMIX on PettingZoo parallel envs: ``services.multiagent``); on-policy collectors
+  also build advantages (GAE) or Monte-Carlo returns.
 
 ``algorithm: <name>`` in a config selects a recipe; the recipe's ``defaults`` fill every field
 the config leaves unset (so ``--set algorithm=ppo`` alone is a working PPO run), and
@@ -26,6 +28,7 @@ import gymnasium as gym
 import numpy as np
 
 from collector.config import OnPolicyTransform
+from services import multiagent
 
 # Algorithms whose networks take stacked uint8 frames [S, H, W] (collector.cnn).
 PIXEL_ALGORITHMS = ("dqn", "ppo", "a2c")
@@ -50,6 +53,8 @@ class Algorithm:
         transform: On-policy collectors' targets: ``gae`` or ``episodes`` (None: off-policy).
         epsilon_greedy: Collectors explore with the driver's annealed epsilon (Q-learning);
             otherwise the policy's own sampling is the exploration.
+        multi_agent: Runs on PettingZoo parallel envs (``services.multiagent``): agent fields
+            carry an agent dimension, and the env's spaces are the multi-agent wrapper's.
     """
 
     name: str
@@ -60,6 +65,7 @@ class Algorithm:
     build_spec: SpecBuilder
     transform: str | None = None
     epsilon_greedy: bool = False
+    multi_agent: bool = False
 
     @property
     def on_policy(self) -> bool:
@@ -272,6 +278,17 @@ ALGORITHMS: dict[str, Algorithm] = {
         _squashed_actor,
     ),
 }
+for _name, _mixer in multiagent.MIXER_OF.items():
+    ALGORITHMS[_name] = Algorithm(
+        _name,
+        "offpolicy",
+        "marl",
+        "agents",
+        _merged(multiagent.DEFAULTS, {"learner": {"marl": {"mixer": _mixer}}}),
+        multiagent.agent_q_spec,
+        epsilon_greedy=True,
+        multi_agent=True,
+    )
 
 
 def algorithm_for(config) -> Algorithm:
@@ -310,6 +327,11 @@ def check(config) -> None:
                 f"replay.sampler: {algo.name} is off-policy and needs uniform or prioritized "
                 "(fifo is for on-policy algorithms), got 'fifo'"
             )
+        if algo.multi_agent:
+            try:
+                multiagent.check(config)
+            except multiagent.MultiAgentConfigError as err:
+                raise AlgorithmConfigError(str(err)) from None
         return
     options = learner.onpolicy
     if config.replay.sampler != "fifo":
@@ -366,6 +388,11 @@ def check_spaces(config, obs_space: gym.Space, action_space: gym.Space) -> None:
         AlgorithmConfigError: Naming ``collector.env_id``.
     """
     algo = ALGORITHMS[config.algorithm]
+    if algo.multi_agent:
+        try:
+            return multiagent.check_spaces(config, obs_space, action_space)
+        except multiagent.MultiAgentConfigError as err:
+            raise AlgorithmConfigError(str(err)) from None
     discrete = isinstance(action_space, gym.spaces.Discrete)
     box = isinstance(action_space, gym.spaces.Box) and len(action_space.shape) == 1
     if (algo.actions == "discrete" and not discrete) or (algo.actions == "continuous" and not box):

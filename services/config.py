@@ -213,7 +213,8 @@ class RunConfig:
     """Everything a run needs, one section per component.
 
     Attributes:
-        algorithm: ``dqn``, ``ppo``, ``a2c``, ``reinforce`` or ``sac``: picks the loop, the
+        algorithm: ``dqn``, ``ppo``, ``a2c``, ``reinforce``, ``sac``, ``iql``, ``vdn`` or
+            ``qmix``: picks the loop, the
             loss and the collector policy (``services.algorithms``); with :func:`load_config`
             its recipe fills every field the config leaves unset.
         seed: Run seed; every actor's seeds derive from it.

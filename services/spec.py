@@ -7,7 +7,8 @@ import os
 import gymnasium as gym
 
 from collector.env import is_factory_path, resolve_factory
-from services.algorithms import AlgorithmConfigError, check_spaces, spec_for
+from services import multiagent
+from services.algorithms import AlgorithmConfigError, algorithm_for, check_spaces, spec_for
 from services.config import ConfigError, RunConfig
 
 Spaces = tuple[gym.Space, gym.Space]
@@ -20,6 +21,11 @@ def env_spaces(config: RunConfig) -> Spaces:
         ConfigError: If the env id is unknown or its spaces do not suit the algorithm.
     """
     env_id = config.collector.env_id
+    if algorithm_for(config).multi_agent:  # the PettingZoo wrapper's Dict and MultiDiscrete
+        try:
+            return multiagent.env_spaces(config)
+        except multiagent.MultiAgentConfigError as err:
+            raise ConfigError(str(err)) from None
     try:
         if is_factory_path(env_id):  # module:function, as the collectors build it
             env = resolve_factory(env_id)(**config.collector.env_kwargs)

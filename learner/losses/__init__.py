@@ -12,6 +12,8 @@ per-item ``td_error`` can feed prioritized replay. Each module's docstring state
       temperature), optimized by ``learner.multi.MultiOptimizerStepper``.
     * ``torchrl_loss``: ``learner.loss: torchrl:DQNLoss``, a ``torchrl.objectives`` class built
       around the policy network, fed TorchRL's nested batch layout (the ``torchrl`` extra).
+    * ``marl``: :class:`MultiAgentQLoss` (IQL, VDN or QMIX over a parameter-shared agent
+      network; mixers in ``learner.losses.mixers``).
 
 A factory is called as ``factory(policy_network, learner_config)``; the policy network is the
 one published to collectors, and a loss builds whatever else it needs (critics, targets).
@@ -25,6 +27,7 @@ from torch import nn
 
 from learner.losses.a2c import A2CLoss, a2c_loss
 from learner.losses.dqn import DQNLoss, dqn_loss
+from learner.losses.marl import MultiAgentQLoss, marl_loss
 from learner.losses.ppo import PPOLoss, ppo_loss
 from learner.losses.reinforce import ReinforceLoss, reinforce_loss
 from learner.losses.sac import SACLoss, sac_loss
@@ -38,6 +41,7 @@ LOSSES: dict[str, LossFactory] = {
     "a2c": a2c_loss,
     "reinforce": reinforce_loss,
     "sac": sac_loss,
+    "marl": marl_loss,
 }
 
 
@@ -61,6 +65,7 @@ __all__ = [
     "A2CLoss",
     "DQNLoss",
     "LossFactory",
+    "MultiAgentQLoss",
     "PPOLoss",
     "ReinforceLoss",
     "SACLoss",
