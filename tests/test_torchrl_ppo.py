@@ -1,11 +1,15 @@
 """TorchRL's PPO without glue: ``learner.loss: torchrl:ClipPPOLoss`` (the ``torchrl`` extra)."""
 
+import io
+
 import pytest
 import torch
 from tensordict import TensorDict
 
+from collector.cnn import PixelActorCriticSpec
 from collector.stochastic import ActorCriticSpec
 from learner.config import LearnerConfig
+from learner.core import LearnerCore
 from learner.losses.ppo import ppo_loss
 from learner.losses.torchrl_loss import torchrl_loss
 from learner.losses.torchrl_ppo import TorchRLPPOLoss
@@ -19,7 +23,11 @@ CONFIG = "deploy/configs/cartpole_ppo_torchrl.yaml"
 def minibatch(network, n=64, seed=0):
     """An on-policy minibatch as collectors store it, from a slightly older policy."""
     generator = torch.Generator().manual_seed(seed)
-    observation = torch.randn(n, network.spec.obs_dim, generator=generator)
+    if isinstance(network.spec, PixelActorCriticSpec):
+        shape = (n, network.spec.frame_stack, network.spec.height, network.spec.width)
+        observation = torch.randint(0, 256, shape, generator=generator, dtype=torch.uint8)
+    else:
+        observation = torch.randn(n, network.spec.obs_dim, generator=generator)
     with torch.no_grad():
         out, value = network(observation)
         distribution = network.distribution(out)
@@ -56,25 +64,31 @@ def onpolicy_config(options: OnPolicyOptions, loss_options=None) -> LearnerConfi
     )
 
 
+MLP = ActorCriticSpec(4, 2, "categorical", (16, 16))
 CASES = {
     # the shipped config: TorchRL's names in loss_options, critic_coeff = vf_coef / 2
-    "config-file": ("categorical", None),
+    "config-file": (MLP, None),
     # learner.onpolicy alone gives TorchRL's defaults: entropy bonus and value clipping on
     "onpolicy-defaults": (
-        "categorical",
+        MLP,
         OnPolicyOptions(ent_coef=0.01, vf_coef=0.7, clip_epsilon=0.1, clip_value_loss=True),
     ),
-    "gaussian": ("gaussian", OnPolicyOptions(ent_coef=0.02, normalize_advantage=False)),
+    "gaussian": (
+        ActorCriticSpec(3, 2, "gaussian", (16, 16), log_std_init=-0.5),
+        OnPolicyOptions(ent_coef=0.02, normalize_advantage=False),
+    ),
+    # a shared CNN torso: the actor output is forward()'s first half (collector.cnn)
+    "pixels": (PixelActorCriticSpec(4, 36, 36, 6), OnPolicyOptions(ent_coef=0.01)),
 }
 
 
 @pytest.mark.parametrize("case", list(CASES))
 def test_torchrls_clip_ppo_loss_and_gradients_equal_relayrls_ppo_loss(case):
-    distribution, options = CASES[case]
+    spec, options = CASES[case]
     config = load_config(CONFIG).learner if options is None else onpolicy_config(options)
     torch.manual_seed(0)
-    network = ActorCriticSpec(4, 2, distribution, (16, 16), log_std_init=-0.5).build()
-    batch = minibatch(network)
+    network = spec.build()
+    batch = minibatch(network, n=32 if case == "pixels" else 64)
     theirs = torchrl_loss(network, config)
     assert isinstance(theirs, TorchRLPPOLoss)
     got, got_total, got_grads = total_and_grads(theirs, network, batch)
@@ -119,6 +133,25 @@ def test_the_batch_is_mapped_to_the_losss_keys():
         assert mapped[theirs].shape == (8, 1) and torch.equal(mapped[theirs][:, 0], batch[ours])
     assert torch.equal(mapped[keys.value][:, 0], batch["value"])
     assert mapped[keys.action].dtype == torch.int64
+
+
+def test_the_learners_state_round_trips_and_training_continues_identically():
+    config = load_config(CONFIG)
+    spec = ActorCriticSpec(4, 2, hidden_sizes=(16, 16))
+    torch.manual_seed(0)
+    core = LearnerCore(spec, config.learner)
+    batch = minibatch(core.policy_network)
+    core.train([batch])
+    buffer = io.BytesIO()
+    torch.save(core.state_dict(), buffer)  # TorchRL's parameters and coefficient buffers
+    buffer.seek(0)
+    torch.manual_seed(1)
+    restored = LearnerCore(spec, config.learner)
+    restored.load_state_dict(torch.load(buffer, weights_only=True))
+    first, second = core.train([batch]), restored.train([batch])
+    torch.testing.assert_close(first["loss_objective"], second["loss_objective"], rtol=0, atol=0)
+    for name, weight in core.weights().items():
+        assert torch.equal(weight, restored.weights()[name]), name
 
 
 @pytest.mark.parametrize(

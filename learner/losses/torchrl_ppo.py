@@ -86,6 +86,19 @@ class CriticValue(nn.Module):
         return self.network.critic(observation)
 
 
+def distribution_of(network: nn.Module):
+    """``distribution(out=...)``: the network's own action distribution of its actor output.
+
+    TorchRL calls the distribution class with keywords named by the actor's ``in_keys``; the
+    actor-critics name their argument differently (``out``, ``logits``), so it is passed on.
+    """
+
+    def distribution(out: torch.Tensor) -> torch.distributions.Distribution:
+        return network.distribution(out)
+
+    return distribution
+
+
 def onpolicy_defaults(options) -> dict:
     """TorchRL ``ClipPPOLoss`` keyword arguments equivalent to ``learner.onpolicy``'s loss.
 
@@ -120,12 +133,13 @@ class TorchRLPPOLoss(nn.Module):
         actor = ProbabilisticActor(
             TensorDictModule(ActorOutput(actor_critic), ["observation"], ["actor_output"]),
             in_keys={"out": "actor_output"},  # distribution_class(out=...)
-            distribution_class=actor_critic.distribution,
+            distribution_class=distribution_of(actor_critic),
             return_log_prob=True,
         )
         critic = ValueOperator(CriticValue(actor_critic), in_keys=["observation"])
         self.loss = ClipPPOLoss(actor, critic, **options)
-        self.categorical = getattr(actor_critic.spec, "distribution", None) == "categorical"
+        spec = getattr(actor_critic, "spec", None)
+        self.categorical = getattr(spec, "distribution", None) == "categorical"
 
     def to_torchrl(self, batch: TensorDict) -> TensorDict:
         """Maps an on-policy minibatch to the loss's keys (see the module docstring)."""
