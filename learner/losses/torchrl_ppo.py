@@ -55,7 +55,7 @@ from torch import nn
 
 
 class ActorOutput(nn.Module):
-    """``observation -> `` the actor-critic's actor output (logits or Gaussian mean).
+    """Maps ``observation`` to the actor-critic's actor output (logits or Gaussian mean).
 
     Args:
         network: An actor-critic with ``forward(obs) -> (out, value)``; its ``actor`` module
@@ -75,7 +75,7 @@ class ActorOutput(nn.Module):
 
 
 class CriticValue(nn.Module):
-    """``observation -> `` the actor-critic's value ``[B, 1]`` (its ``critic``)."""
+    """Maps ``observation`` to the actor-critic's value ``[B, 1]`` (its ``critic``)."""
 
     def __init__(self, network: nn.Module) -> None:
         super().__init__()
