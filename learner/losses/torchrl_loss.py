@@ -109,6 +109,39 @@ def loss_class(name: str) -> type:
     return cls
 
 
+# Built by relayrl around its networks; not options.
+_MODULE_ARGUMENTS = {"value_network", "actor_network", "critic_network", "actor", "critic"}
+
+
+def check_torchrl_options(name: str, options: dict) -> None:
+    """Refuses ``learner.loss_options`` the class does not take, before any actor starts.
+
+    TorchRL's PPO losses take ``**kwargs`` and would ignore a misspelled option silently, so the
+    names are checked against the keyword arguments of the class and its bases' constructors.
+
+    Raises:
+        ValueError: ``"learner.loss_options: ..."`` naming the unknown options.
+    """
+    accepted: set[str] = set()
+    for klass in loss_class(name).__mro__:
+        init = klass.__dict__.get("__init__")
+        if init is None:
+            continue
+        parameters = inspect.signature(init).parameters.values()
+        kinds = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+        accepted |= {p.name for p in parameters if p.kind in kinds and p.name != "self"}
+        if all(p.kind != inspect.Parameter.VAR_KEYWORD for p in parameters):
+            break
+    accepted -= _MODULE_ARGUMENTS
+    unknown = sorted(set(options) - accepted)
+    if unknown:
+        raise ValueError(
+            f"learner.loss_options: {name} takes no option {', '.join(map(repr, unknown))} "
+            f"(relayrl builds its networks; it takes {', '.join(sorted(accepted))}), "
+            f"got {options}"
+        )
+
+
 class TorchRLLoss(nn.Module):
     """A ``torchrl.objectives`` value loss driven by relayrl's learner (see the module doc).
 
