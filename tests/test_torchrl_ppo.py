@@ -205,6 +205,6 @@ def test_the_one_line_config_trains_cartpole_with_torchrls_clip_ppo_loss(ray_clu
     assert {"loss_objective", "loss_critic", "clip_fraction", "entropy", "kl_approx"} <= set(
         rounds[-1].metrics
     )
-    # Random play averages about 22; this config measured 164 at 12 k frames and 199 at 20 k
-    # (relayrl's own PPO: 178 at 20 k), so 100 leaves room for noise.
+    # Random play averages about 22; CLI runs of this config measured 164 at 12 k frames and
+    # 199-445 at 20 k (relayrl's own PPO: 178-410), so 100 leaves room for noise.
     assert summary["episode_return_mean"] > 100, summary
