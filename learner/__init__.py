@@ -9,8 +9,11 @@ Layout:
       KL and clip-fraction diagnostics), :class:`A2CLoss`, :class:`ReinforceLoss` (optional
       baseline), :class:`SACLoss` (twin Q, Polyak targets, learned temperature),
       :class:`MultiAgentQLoss` (IQL, VDN, QMIX over a shared agent network; the mixers in
-      ``losses.mixers``); ``LearnerConfig.loss`` names one or a user ``"module:factory"``;
-      ``options``: their settings (``learner.onpolicy``, ``learner.sac``, ``learner.marl``).
+      ``losses.mixers``); ``LearnerConfig.loss`` names one, a user ``"module:factory"``, or a
+      TorchRL class (``torchrl:DQNLoss`` for ``dqn``, ``torchrl:ClipPPOLoss`` for ``ppo``: the
+      ``torchrl`` extra, built around the same networks, ``losses.torchrl_loss`` and
+      ``losses.torchrl_ppo``); ``options``: their settings (``learner.onpolicy``,
+      ``learner.sac``, ``learner.marl``).
     * ``loss``: :class:`LossDispatch` routes named loss methods through DDP.
     * ``stepper``: the :class:`Stepper` protocol and :class:`DefaultStepper` (clip by norm or
       value, ``grad_norm``, optional LR scheduler); ``precision``: :class:`MixedPrecisionStepper`

@@ -321,6 +321,18 @@ def check(config) -> None:
             f"learner.loss: algorithm {algo.name} trains with {algo.loss!r} (or a "
             f"'module:factory' loss), got {learner.loss!r}"
         )
+    if learner.loss.startswith("torchrl:"):  # LearnerConfig has checked the torchrl extra
+        from learner.losses.torchrl_loss import check_torchrl_options, torchrl_algorithm
+
+        if torchrl_algorithm(learner.loss) != algo.name:
+            raise AlgorithmConfigError(
+                f"learner.loss: {learner.loss} trains algorithm "
+                f"{torchrl_algorithm(learner.loss)}, the run's algorithm is {algo.name}"
+            )
+        try:
+            check_torchrl_options(learner.loss, learner.loss_options)
+        except ValueError as err:
+            raise AlgorithmConfigError(str(err)) from None
     if not algo.on_policy:
         if config.replay.sampler == "fifo":
             raise AlgorithmConfigError(

@@ -14,6 +14,9 @@ per-item ``td_error`` can feed prioritized replay. Each module's docstring state
       around the policy network, fed TorchRL's nested batch layout (the ``torchrl`` extra).
     * ``marl``: :class:`MultiAgentQLoss` (IQL, VDN or QMIX over a parameter-shared agent
       network; mixers in ``learner.losses.mixers``).
+    * ``torchrl_ppo``: ``learner.loss: torchrl:ClipPPOLoss`` (``algorithm: ppo``), TorchRL's
+      ``ClipPPOLoss`` around the actor-critic, fed the collectors' GAE advantages; defaults
+      from ``learner.onpolicy``, so it equals ``PPOLoss`` term by term.
 
 A factory is called as ``factory(policy_network, learner_config)``; the policy network is the
 one published to collectors, and a loss builds whatever else it needs (critics, targets).

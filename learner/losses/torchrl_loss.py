@@ -1,4 +1,4 @@
-"""TorchRL losses without glue: ``learner.loss: torchrl:DQNLoss``.
+"""TorchRL losses without glue: ``learner.loss: torchrl:DQNLoss`` (and ``torchrl:ClipPPOLoss``).
 
 ``torchrl:<Class>`` names a class of ``torchrl.objectives`` (the optional ``torchrl`` extra,
 ``pip install "relayrl[torchrl]"``). :class:`TorchRLLoss` builds it around the run's policy
@@ -26,9 +26,12 @@ network and makes it a relayrl loss:
 
 TorchRL's one-step estimators discount with a single ``gamma``, so runs with a TorchRL loss
 collect one-step transitions (``collector.n_step: 1``, checked with the config). Classes that
-take a Q-network (``value_network``: ``DQNLoss``) are built; actor-critic classes (``SACLoss``,
-``ClipPPOLoss``) need actor and critic modules relayrl does not build for them and are refused,
-naming ``learner.loss``.
+take a Q-network (``value_network``: ``DQNLoss``) train ``algorithm: dqn``; ``ClipPPOLoss``
+trains ``algorithm: ppo`` around relayrl's actor-critic (``learner.losses.torchrl_ppo``);
+:func:`torchrl_algorithm` says which, and a run whose ``algorithm`` differs is refused naming
+``learner.loss`` (``services.algorithms.check``). Other actor-critic classes (``SACLoss``,
+``KLPENPPOLoss``) need modules or stored data relayrl does not provide and are refused, naming
+``learner.loss``.
 
 Examples:
     >>> config = LearnerConfig(loss="torchrl:DQNLoss", loss_options={"double_dqn": True})
@@ -46,6 +49,8 @@ from torch import nn
 
 PREFIX = "torchrl:"
 INSTALL = 'pip install "relayrl[torchrl]"'
+# Classes built around relayrl's actor-critic (learner.losses.torchrl_ppo), by algorithm.
+ACTOR_CRITIC_CLASSES = {"ClipPPOLoss": "ppo"}
 
 
 def is_torchrl_loss(name: str) -> bool:
@@ -53,12 +58,17 @@ def is_torchrl_loss(name: str) -> bool:
     return name.startswith(PREFIX)
 
 
+def torchrl_algorithm(name: str) -> str:
+    """The algorithm a ``torchrl:<Class>`` loss trains: ``ppo`` (``ClipPPOLoss``) or ``dqn``."""
+    return ACTOR_CRITIC_CLASSES.get(name[len(PREFIX) :], "dqn")
+
+
 def check_torchrl_loss(name: str) -> None:
     """Refuses a ``torchrl:<Class>`` that cannot be built, before any actor starts.
 
     Raises:
         ValueError: ``"loss: ..."`` naming the missing extra, an unknown class, or a class
-            that does not take a Q-network.
+            that neither takes a Q-network nor is ``ClipPPOLoss``.
     """
     try:
         import torchrl  # noqa: F401
@@ -71,7 +81,8 @@ def loss_class(name: str) -> type:
     """The ``torchrl.objectives`` class named by ``torchrl:<Class>``.
 
     Raises:
-        ValueError: If it is not a ``LossModule`` class taking ``value_network``.
+        ValueError: If it is not ``ClipPPOLoss`` or a ``LossModule`` class taking
+            ``value_network``.
     """
     from torchrl import objectives
 
@@ -79,6 +90,8 @@ def loss_class(name: str) -> type:
     cls = getattr(objectives, class_name, None)
     if not (inspect.isclass(cls) and issubclass(cls, objectives.LossModule)):
         raise ValueError(f"loss: {name}: torchrl.objectives has no loss class {class_name!r}")
+    if class_name in ACTOR_CRITIC_CLASSES:
+        return cls
     parameters = inspect.signature(cls).parameters
     required = {
         n
@@ -89,10 +102,44 @@ def loss_class(name: str) -> type:
     if "value_network" not in parameters or not required <= {"value_network"}:
         raise ValueError(
             f"loss: {name}: relayrl builds TorchRL losses around its Q-network "
-            "(classes taking value_network, e.g. torchrl:DQNLoss); use relayrl's own loss "
-            "for actor-critic algorithms"
+            "(classes taking value_network, e.g. torchrl:DQNLoss) or its actor-critic "
+            f"({', '.join(PREFIX + c for c in ACTOR_CRITIC_CLASSES)}); use relayrl's own loss "
+            "for other algorithms"
         )
     return cls
+
+
+# Built by relayrl around its networks; not options.
+_MODULE_ARGUMENTS = {"value_network", "actor_network", "critic_network", "actor", "critic"}
+
+
+def check_torchrl_options(name: str, options: dict) -> None:
+    """Refuses ``learner.loss_options`` the class does not take, before any actor starts.
+
+    TorchRL's PPO losses take ``**kwargs`` and would ignore a misspelled option silently, so the
+    names are checked against the keyword arguments of the class and its bases' constructors.
+
+    Raises:
+        ValueError: ``"learner.loss_options: ..."`` naming the unknown options.
+    """
+    accepted: set[str] = set()
+    for klass in loss_class(name).__mro__:
+        init = klass.__dict__.get("__init__")
+        if init is None:
+            continue
+        parameters = inspect.signature(init).parameters.values()
+        kinds = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+        accepted |= {p.name for p in parameters if p.kind in kinds and p.name != "self"}
+        if all(p.kind != inspect.Parameter.VAR_KEYWORD for p in parameters):
+            break
+    accepted -= _MODULE_ARGUMENTS
+    unknown = sorted(set(options) - accepted)
+    if unknown:
+        raise ValueError(
+            f"learner.loss_options: {name} takes no option {', '.join(map(repr, unknown))} "
+            f"(relayrl builds its networks; it takes {', '.join(sorted(accepted))}), "
+            f"got {options}"
+        )
 
 
 class TorchRLLoss(nn.Module):
@@ -183,8 +230,17 @@ class TorchRLLoss(nn.Module):
         self._updater.step()
 
 
-def torchrl_loss(policy_network: nn.Module, config) -> TorchRLLoss:
-    """The ``learner.loss: torchrl:<Class>`` factory."""
+def torchrl_loss(policy_network: nn.Module, config) -> nn.Module:
+    """The ``learner.loss: torchrl:<Class>`` factory.
+
+    Returns:
+        A :class:`TorchRLLoss`, or ``learner.losses.torchrl_ppo.TorchRLPPOLoss`` for
+        ``ClipPPOLoss``.
+    """
+    if torchrl_algorithm(config.loss) == "ppo":
+        from learner.losses.torchrl_ppo import torchrl_ppo_loss
+
+        return torchrl_ppo_loss(policy_network, config)
     return TorchRLLoss(
         policy_network,
         config.loss,
