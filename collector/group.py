@@ -15,6 +15,10 @@ from collector.config import INLINE_WRITE_ENV, inherits_inline_writes
 
 logger = logging.getLogger(__name__)
 
+# Longest wait for a collector's control call (state, versions, restore): every remote call the
+# driver waits on has a timeout, so a stuck collector fails the call instead of hanging the run.
+CONTROL_TIMEOUT_S = 300.0
+
 # Recent rollouts whose issue-time death count is remembered (for mark_dead's dedup).
 ISSUED_MEMORY = 4096
 
@@ -319,11 +323,11 @@ class CollectorGroup:
 
     def policy_versions(self) -> list[tuple[int, int]]:
         """Asks every collector which ``(generation, version)`` it holds."""
-        return ray.get([a.policy_version.remote() for a in self.actors])
+        return ray.get([a.policy_version.remote() for a in self.actors], timeout=CONTROL_TIMEOUT_S)
 
     def state_dicts(self) -> list[dict]:
         """Every collector's state (call between :meth:`pause` and :meth:`resume`)."""
-        return ray.get([a.state_dict.remote() for a in self.actors])
+        return ray.get([a.state_dict.remote() for a in self.actors], timeout=CONTROL_TIMEOUT_S)
 
     def load_state_dicts(self, states: Sequence[Mapping[str, Any]]) -> None:
         """Restores every collector's state; envs restart on fresh, re-seeded episodes.
@@ -334,7 +338,8 @@ class CollectorGroup:
         """
         if len(states) != len(self.actors):
             raise ValueError(f"states: expected {len(self.actors)}, got {len(states)}")
-        ray.get([a.load_state_dict.remote(s) for a, s in zip(self.actors, states, strict=True)])
+        refs = [a.load_state_dict.remote(s) for a, s in zip(self.actors, states, strict=True)]
+        ray.get(refs, timeout=CONTROL_TIMEOUT_S)
 
     def shutdown(self) -> None:
         """Kills every collector actor."""

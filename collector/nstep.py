@@ -111,13 +111,15 @@ class NStepBuffer:
             next_obs = {k: v[rows, envs] for k, v in obs.items()}
             discount = self.discounts[ends + 1].astype(np.float32)
         mask = steps["valid"][:starts]
-        out = {}
-        for key, value in obs.items():
-            out[key] = value[:starts][mask]
-            out[f"next_{key}"] = next_obs[key][mask]
+        # Key order as ever for a plain observation: observation, action, reward,
+        # next_observation, ... (what the gRPC transition spec and old replays list).
+        out = {key: value[:starts][mask] for key, value in obs.items()}
         out |= {
             "action": steps["action"][:starts][mask],
             "reward": ret[mask].astype(np.float32),
+        }
+        out |= {f"next_{key}": next_obs[key][mask] for key in obs}
+        out |= {
             "terminated": term[mask],
             "truncated": trunc[mask],
             "n_step_discount": discount[mask],

@@ -134,12 +134,18 @@ class ReplayClient:
             back.append(shard)
         return back
 
-    def _get(self, shard: int, ref: ray.ObjectRef):
-        """``ray.get`` of one shard's reply; None (and the shard marked down) if it failed."""
+    def _get(self, shard: int, ref: ray.ObjectRef, timeout: float | None = None):
+        """``ray.get`` of one shard's reply, or None.
+
+        None when it failed (the shard is marked down) or gave no reply within ``timeout``
+        seconds (a stuck shard is the driver's to handle).
+        """
         try:
-            return ray.get(ref)
+            return ray.get(ref, timeout=timeout)
         except SHARD_FAILURES as err:
             self.mark_down(shard, err)
+            return None
+        except ray.exceptions.GetTimeoutError:
             return None
 
     def _wait_for_items(self) -> None:
@@ -410,30 +416,39 @@ class ReplayClient:
                     self._get(shard, ref)  # a shard lost meanwhile lost its items too
 
     # -- service-wide ------------------------------------------------------------------------
-    def _each(self, method: str, *args_per_shard) -> list:
+    def _each(self, method: str, *args_per_shard, timeout: float = 600.0) -> list:
         """Calls ``method`` on every shard in parallel; the replies in shard order.
 
         Raises:
-            ShardUnavailableError: Naming the first shard that did not answer.
+            ShardUnavailableError: Naming the first shard that did not answer (died, or gave
+                no reply within ``timeout`` seconds).
         """
         refs = [
             getattr(s, method).remote(*(a[i] for a in args_per_shard))
             for i, s in enumerate(self.shards)
         ]
         replies = []
+        deadline = time.monotonic() + timeout
         for i, ref in enumerate(refs):
             try:
-                replies.append(ray.get(ref))
-            except SHARD_FAILURES as err:
+                replies.append(ray.get(ref, timeout=max(deadline - time.monotonic(), 0.001)))
+            except (*SHARD_FAILURES, ray.exceptions.GetTimeoutError) as err:
                 self.mark_down(i, err)
                 message = f"replay-{i} is unavailable for {method}: {err}"
                 raise ShardUnavailableError(message) from err
         return replies
 
-    def stats(self) -> list[dict]:
-        """The size and counters of every shard that answers (one that is down is left out)."""
+    def stats(self, timeout: float = 10.0) -> list[dict]:
+        """The size and counters of the shards that answer within ``timeout`` seconds.
+
+        One that is down or stuck is left out.
+        """
         refs = {i: s.stats.remote() for i, s in enumerate(self.shards) if i not in self.down}
-        replies = [self._get(i, ref) for i, ref in refs.items()]
+        deadline = time.monotonic() + timeout
+        replies = [
+            self._get(i, ref, timeout=max(deadline - time.monotonic(), 0.001))
+            for i, ref in refs.items()
+        ]
         return [reply for reply in replies if reply is not None]
 
     def clear(self) -> int:
@@ -446,7 +461,8 @@ class ReplayClient:
         self.queue_size = None
         self.fifo_inflight[:] = 0
         refs = {i: s.clear.remote() for i, s in enumerate(self.shards)}
-        dropped = sum(self._get(i, ref) or 0 for i, ref in refs.items())  # down: holds nothing
+        # A shard that is down holds nothing; a stuck one is killed and restarted empty.
+        dropped = sum(self._get(i, ref, timeout=60.0) or 0 for i, ref in refs.items())
         self.infos = [{**info, "size": 0, "remaining": 0} for info in self.infos]
         return dropped
 

@@ -254,6 +254,8 @@ class Controller:
         except ShardUnavailableError as err:  # the cut would miss a shard: the run goes on
             logger.warning("checkpoint skipped: %s", err)
             return None
+        finally:
+            self.shard_monitor.rearm()  # the shards were busy dumping for the driver
 
     def shutdown(self) -> None:
         """Stops every actor this controller started (idempotent)."""
@@ -418,6 +420,7 @@ class Controller:
             except Exception as err:
                 source = f"refill from {path} failed ({err}): it stays empty"
         c.replay_items_refilled += refilled
+        self.shard_monitor.rearm()
         logger.warning(
             "replay-%d (%s, pid %s) died; Ray restarted it (restart %d of %d); %s "
             "(%d items); %d items it held at its last report are lost",

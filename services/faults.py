@@ -8,7 +8,8 @@ here; the controller calls them at loop boundaries:
   Ray restarted the shard (it comes back empty): the controller refills it from the latest
   checkpoint and counts the items it held at its last report as lost. A shard that stays down
   longer than ``replay.restart_timeout_s``, or dies more than ``replay.max_restarts`` times,
-  stops the run with :class:`ComponentFailure`.
+  stops the run with :class:`ComponentFailure`; one that is alive but has not answered a check
+  for ``replay.restart_timeout_s`` (stuck) is killed, so that Ray restarts it.
 - :class:`CrashLoop` stops a run whose same component died ``deaths`` times within
   ``window_s`` instead of restarting it forever.
 - :func:`where` names a component's node for messages: ``replay-1 (node 10.0.0.3/5f2c9a1e)``.
@@ -123,6 +124,16 @@ class ShardMonitor:
             health.cleared_at = health.written
             health.size = 0
 
+    def rearm(self) -> None:
+        """Restarts the stuck-shard clocks after the driver kept the shards busy itself.
+
+        A check queued behind a cut's dumps or a refill is not mistaken for a stuck shard.
+        """
+        now = time.monotonic()
+        for health in self.health:
+            if health.probe is not None:
+                health.probe_sent = now
+
     def check_now(self, timeout: float) -> list[ShardRestart]:
         """Waits until every shard answered a check sent now (before a checkpoint cut).
 
@@ -169,6 +180,8 @@ class ShardMonitor:
                     event = self._answered(index, health, reply)
                     if event is not None:
                         restarts.append(event)
+            elif health.probe is not None and now - health.probe_sent > self.restart_timeout_s:
+                self._stuck(index, health, now)
             since = health.down_since
             if since is not None and time.monotonic() - since > self.restart_timeout_s:
                 raise ComponentFailure(
@@ -180,6 +193,25 @@ class ShardMonitor:
                 health.probe = self.shards[index].health.remote()
                 health.probe_sent = now
         return restarts
+
+    def _stuck(self, index: int, health: ShardHealth, now: float) -> None:
+        """A shard that has not answered a health check for ``restart_timeout_s`` is killed.
+
+        Ray restarts it, and it is handled like a shard that died (refilled, loss counted).
+        """
+        logger.warning(
+            "replay-%d (%s, pid %s) has not answered for %.0f s (replay.restart_timeout_s); "
+            "killing it so that Ray restarts it",
+            index,
+            where(health.node),
+            health.pid,
+            now - health.probe_sent,
+        )
+        ray.kill(self.shards[index], no_restart=False)
+        health.probe = None
+        health.probe_sent = now
+        if health.down_since is None:
+            health.down_since = now
 
     def _down(self, index: int, health: ShardHealth, now: float, err: BaseException) -> None:
         if health.down_since is None:

@@ -136,6 +136,36 @@ def test_killed_replay_shard_is_restarted_refilled_and_the_run_completes(
         controller.shutdown()
 
 
+def test_a_stuck_replay_shard_is_killed_restarted_and_refilled(ray_cluster, tmp_path):
+    config = small_config(
+        "flt-stuck-shard",
+        "controller.total_frames=5000",
+        "checkpoint.interval_frames=1500",
+        f"checkpoint.dir={tmp_path}",
+        "replay.restart_timeout_s=3",
+    )
+    controller = Controller(config)
+    hung = {}
+
+    def hang_shard_after_first_cut(ctrl, path, seconds):
+        if not hung:
+            hung.update(ray.get(ctrl.shards[0].health.remote()))
+            # Runs inside the shard (pickled by value): alive, but it answers nothing any more.
+            ctrl.shards[0].__ray_call__.remote(lambda shard: threading.Event().wait())
+
+    controller.register("checkpoint", hang_shard_after_first_cut)
+    try:
+        controller.setup()
+        controller.train()
+        c = controller.counters
+        assert hung and c.replay_restarts == 1 and c.replay_items_refilled > 0
+        assert c.generation == 0 and c.collected_frames >= 5000
+        after = ray.get(controller.shards[0].health.remote())
+        assert after["pid"] != hung["pid"]
+    finally:
+        controller.shutdown()
+
+
 # -- learner rank -------------------------------------------------------------------------------
 def test_killed_learner_rank_is_restored_as_a_new_generation(ray_cluster, tmp_path, caplog):
     config = small_config(
