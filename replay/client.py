@@ -438,7 +438,7 @@ class ReplayClient:
                 raise ShardUnavailableError(message) from err
         return replies
 
-    def stats(self, timeout: float = 10.0) -> list[dict]:
+    def stats(self, timeout: float = 2.0) -> list[dict]:
         """The size and counters of the shards that answer within ``timeout`` seconds.
 
         One that is down or stuck is left out.
