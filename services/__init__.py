@@ -51,8 +51,9 @@ Layout:
       ``atari`` (the pixel data path) and ``soak`` (faults injected on a schedule).
     * ``faults``: the driver's side of the failure model: non-blocking replay shard health
       checks (a restarted shard is refilled from the latest checkpoint and its items counted as
-      lost), the crash-loop rule, and the node names in failure messages; the controller also
-      kills collectors whose rollouts hang and counts env errors and skipped non-finite steps.
+      lost), the crash-loop rule, and the node names in failure messages; ``recovery``: the
+      controller's reactions (collector deaths and crash loops, env errors, stuck rollouts
+      killed, shards refilled, every shard answering before a cut).
     * ``embedded``: the embedded local Ray's processes in a session of their own, so a signal
       to the driver's process group stops the run cleanly instead of killing the cluster.
     * ``clock``: this process's start time (start-up and time-to-solve figures).

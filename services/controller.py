@@ -40,9 +40,9 @@ from services.checkpointing import (
 from services.config import RunConfig
 from services.control import Inbox  # gRPC
 from services.early_stop import EarlyStopping
-from services.faults import ComponentFailure, CrashLoop, ShardMonitor, ShardRestart, where
 from services.loops import LOOPS
 from services.placement import release_services, reserve_services
+from services.recovery import Recovery
 from services.retention import make_store
 from services.runid import new_run_id
 from services.spec import model_spec_for
@@ -128,12 +128,7 @@ class Controller:
         self.next_progress = 0.0
         self.first_rollout_at: float | None = None  # Unix time of the first counted receipt
         self.inbox = Inbox()  # gRPC: requests from server threads, served at loop boundaries
-        # Faults (services.faults): shard health, crash loops, stuck rollouts.
-        self.shard_monitor: ShardMonitor | None = None
-        self.crash_loop = CrashLoop(
-            config.collector.crash_loop_deaths, config.collector.crash_loop_window_s
-        )
-        self.rollout_seen: dict[ray.ObjectRef, float] = {}
+        self.recovery = Recovery(self)  # faults: shard health, crash loops, stuck rollouts
         self.next_checkpoint_time = (
             time.monotonic() + config.checkpoint.interval_s
             if config.checkpoint.interval_s
@@ -178,13 +173,7 @@ class Controller:
         self.placement = placement = reserve_services(cfg, name)
         self.shards = remote_shards(name, cfg.replay, seed=cfg.seed, scheduling=placement.shards)
         self.replay = ReplayClient(self.shards, seed=cfg.seed)
-        self.shard_monitor = ShardMonitor(
-            self.shards,
-            interval_s=cfg.replay.health_interval_s,
-            restart_timeout_s=cfg.replay.restart_timeout_s,
-            max_restarts=cfg.replay.max_restarts,
-            capacity=cfg.replay.shard_capacity,
-        )
+        self.recovery.watch_shards(self.shards)
         self.collectors = CollectorGroup(
             name,
             cfg.collector.num_collectors,
@@ -245,9 +234,7 @@ class Controller:
         """Cuts a consistent checkpoint now (None when checkpoints are off)."""
         if self.checkpoints is None:
             return None
-        for event in self.shard_monitor.check_now(self.config.replay.restart_timeout_s):
-            self._refill_shard(event)  # a cut must not capture a restarted shard as empty
-        self.replay.revive(self.config.replay.restart_timeout_s)  # the driver's view of them
+        self.recovery.before_cut()  # no cut captures a restarted shard before its refill
         try:
             with self.inbox.barrier(self):  # gRPC: external writes held and counted for the cut
                 return save_cut(self, self.checkpoints)
@@ -255,7 +242,7 @@ class Controller:
             logger.warning("checkpoint skipped: %s", err)
             return None
         finally:
-            self.shard_monitor.rearm()  # the shards were busy dumping for the driver
+            self.recovery.after_cut()
 
     def shutdown(self) -> None:
         """Stops every actor this controller started (idempotent)."""
@@ -312,16 +299,16 @@ class Controller:
 
     def _on_rollout(self, ref: ray.ObjectRef) -> None:
         index = self.inflight.pop(ref)
-        self.rollout_seen.pop(ref, None)
+        self.recovery.rollout_done(ref)
         try:
             receipt: RolloutReceipt = ray.get(ref)
         except ray.exceptions.RayActorError as err:
-            self._on_collector_death(index, ref, err)
+            self.recovery.on_collector_death(index, ref, err)
             return
         except ray.exceptions.RayTaskError as err:
             if not isinstance(err.cause, EnvError):
                 raise
-            self._on_env_error(index, err.cause)
+            self.recovery.on_env_error(index, err.cause)
             return
         if self.first_rollout_at is None:
             self.first_rollout_at = time.time()
@@ -331,108 +318,13 @@ class Controller:
         c.rollouts += 1
         c.episodes += len(receipt.episode_returns)
         self.episodes.extend(receipt.episode_returns, receipt.episode_lengths)
-        self.shard_monitor.note_writes(receipt.writes)
+        self.recovery.note_writes(receipt.writes)
         report.update_milestones(self)
         self.emit("rollout", receipt)
 
-    # -- faults (services.faults) -------------------------------------------------------------
-    def _on_collector_death(self, index: int, ref: ray.ObjectRef, err: Exception) -> None:
-        """A rollout failed because its collector died: not counted; stop on a crash loop."""
-        self.counters.collector_failures += 1
-        deaths = self.collectors.restarts
-        self.collectors.mark_dead(index, ref)  # one death fails several rollouts
-        name = f"collector-{index} ({where(self.collectors.nodes[index])})"
-        if self.collectors.restarts == deaths:
-            return  # another rollout lost to a death already handled
-        cfg = self.config.collector
-        if self.crash_loop.record(f"collector-{index}"):
-            raise ComponentFailure(
-                f"{name} died {cfg.crash_loop_deaths} times within {cfg.crash_loop_window_s:g} s "
-                f"(collector.crash_loop_deaths); stopping the run instead of restarting it. "
-                f"Last error: {err}"
-            ) from err
-        if self.collectors.restarts > cfg.max_restarts * len(self.collectors):
-            raise ComponentFailure(
-                f"collectors died {self.collectors.restarts} times (collector.max_restarts="
-                f"{cfg.max_restarts} each); last: {name}: {err}"
-            ) from err
-        logger.warning(
-            "%s died; Ray restarts it, its rollout is not counted and it gets the newest "
-            "weights with its next one (%s)",
-            name,
-            type(err).__name__,
-        )
-
-    def _on_env_error(self, index: int, error: EnvError) -> None:
-        """An env raised inside a rollout: the collector rebuilt its envs; nothing counted."""
-        self.counters.env_errors += 1
-        name = f"collector-{index} ({where(self.collectors.nodes[index])})"
-        limit = self.config.collector.max_env_errors
-        if self.counters.env_errors > limit:
-            raise ComponentFailure(
-                f"{name}: {error}; {self.counters.env_errors} env errors exceed "
-                f"collector.max_env_errors={limit}; stopping the run"
-            )
-        logger.warning(
-            "%s: %s; its envs were rebuilt and the rollout is not counted (%d/%d env errors)",
-            name,
-            error,
-            self.counters.env_errors,
-            limit,
-        )
-
-    def _check_stuck_rollouts(self, now: float) -> None:
-        """Kills a collector whose rollout has run past ``collector.rollout_timeout_s``."""
-        timeout = self.config.collector.rollout_timeout_s
-        for ref, index in self.inflight.items():
-            seen = self.rollout_seen.setdefault(ref, now)
-            if now - seen > timeout:
-                self.rollout_seen[ref] = float("inf")  # killed once; its failure follows
-                logger.warning(
-                    "collector-%d (%s): rollout stuck for over %g s (collector.rollout_timeout_s);"
-                    " killing it, Ray restarts it",
-                    index,
-                    where(self.collectors.nodes[index]),
-                    timeout,
-                )
-                ray.kill(self.collectors.actors[index], no_restart=False)
-
     def check_health(self) -> None:
-        """Handles restarted replay shards and stuck rollouts (called at loop boundaries)."""
-        now = time.monotonic()
-        if self.shard_monitor is not None:
-            for event in self.shard_monitor.poll(now):
-                self._refill_shard(event)
-        if self.inflight:
-            self._check_stuck_rollouts(now)
-
-    def _refill_shard(self, event: ShardRestart) -> None:
-        """A shard came back empty: refill it from the latest checkpoint; count the loss."""
-        c = self.counters
-        c.replay_restarts += 1
-        c.replay_items_lost += event.lost
-        refilled, source = 0, "no checkpoint yet: it stays empty"
-        if self.last_checkpoint is not None:
-            path = self.last_checkpoint / f"replay-{event.index}"
-            try:
-                stats = ray.get(self.shards[event.index].load.remote(str(path)), timeout=600)
-                refilled, source = int(stats["size"]), f"refilled from {self.last_checkpoint}"
-            except Exception as err:
-                source = f"refill from {path} failed ({err}): it stays empty"
-        c.replay_items_refilled += refilled
-        self.shard_monitor.rearm()
-        logger.warning(
-            "replay-%d (%s, pid %s) died; Ray restarted it (restart %d of %d); %s "
-            "(%d items); %d items it held at its last report are lost",
-            event.index,
-            where(event.node),
-            event.pid,
-            event.restarts,
-            self.config.replay.max_restarts,
-            source,
-            refilled,
-            event.lost,
-        )
+        """Handles restarted or stuck replay shards and stuck rollouts (at loop boundaries)."""
+        self.recovery.check()
 
     def _on_round(self) -> None:
         try:
@@ -460,7 +352,7 @@ class Controller:
 
     def clear_replay(self) -> int:
         """Empties every replay shard (on-policy iteration boundary); returns items dropped."""
-        self.shard_monitor.cleared()
+        self.recovery.cleared()
         return self.replay.clear()
 
     def count_external(self, receipt) -> None:
