@@ -55,6 +55,7 @@ class ShardHealth:
     node: str | None = None
     pid: int | None = None
     restarts: int = 0
+    answered_at: float = 0.0  # when its last health reply was taken
     written: int = 0  # the shard's write count as of the newest write receipt
     cleared_at: int = 0  # its write count when the driver last cleared it
     down_since: float | None = None
@@ -134,28 +135,26 @@ class ShardMonitor:
             if health.probe is not None:
                 health.probe_sent = now
 
-    def check_now(self, timeout: float) -> list[ShardRestart]:
-        """Waits until every shard answered a check sent now (before a checkpoint cut).
+    def check_now(self) -> list[ShardRestart]:
+        """Waits until every shard has answered since this call began (before a checkpoint cut).
 
-        A shard that is down is asked again until it is back (or ``restart_timeout_s``
-        fails the run), so a cut never captures a restarted shard before its refill.
+        A shard that is down is waited for, and one that is stuck is killed (see :meth:`poll`),
+        until it is back, so a cut never captures a restarted shard before its refill; one down
+        longer than ``restart_timeout_s`` fails the run.
         """
-        deadline = time.monotonic() + timeout
+        started = time.monotonic()
         events: list[ShardRestart] = []
-        in_flight = [h.probe for h in self.health if h.probe is not None]
-        ray.wait(in_flight, num_returns=len(in_flight), timeout=timeout)
-        events += self.poll(send=False)  # replies from before the call, maybe from dead shards
         while True:
+            events += self.poll(send=False)
+            waiting = [h for h in self.health if h.answered_at < started]
+            if not waiting:
+                return events
             for index, health in enumerate(self.health):
-                if health.probe is None:
+                if health.probe is None and health.answered_at < started:
                     health.probe = self.shards[index].health.remote()
                     health.probe_sent = time.monotonic()
-            probes = [h.probe for h in self.health]
-            ray.wait(probes, num_returns=len(probes), timeout=max(deadline - time.monotonic(), 0))
-            events += self.poll(send=False)
-            if all(h.down_since is None for h in self.health) or time.monotonic() >= deadline:
-                return events
-            time.sleep(self.interval_s)  # a restart takes a moment; ask again
+            probes = [h.probe for h in waiting if h.probe is not None]
+            ray.wait(probes, num_returns=len(probes), timeout=self.interval_s)
 
     def poll(self, now: float | None = None, *, send: bool = True) -> list[ShardRestart]:
         """Collects the replies that came back and (with ``send``) sends the checks that are due.
@@ -242,6 +241,7 @@ class ShardMonitor:
         health.node = reply["node"]
         health.pid = int(reply["pid"])
         health.down_since = None
+        health.answered_at = time.monotonic()
         return event
 
 

@@ -149,10 +149,10 @@ class Recovery:
 
     def before_cut(self) -> None:
         """Waits until every shard answers (refilling restarted ones) before a checkpoint."""
-        timeout = self.controller.config.replay.restart_timeout_s
-        for event in self.shard_monitor.check_now(timeout):
+        for event in self.shard_monitor.check_now():
             self.refill(event)
-        self.controller.replay.revive(timeout)  # the driver's own view of the shards
+        # The driver's own view of the shards (its client marks a failed shard down).
+        self.controller.replay.revive(self.controller.config.replay.restart_timeout_s)
 
     def after_cut(self) -> None:
         """The shards were busy dumping for the driver: not stuck."""
