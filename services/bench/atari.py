@@ -29,7 +29,6 @@ noisy, the ratios less so than the rates.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import itertools
 import json
 import logging
@@ -42,6 +41,7 @@ import numpy as np
 import ray
 import torch
 
+from collector.bench import BenchWeights
 from collector.cnn import PixelQSpec
 from collector.env import env_seeds, make_vector_env
 from collector.group import CollectorGroup, remote_collector
@@ -60,15 +60,6 @@ ENV_KWARGS = {"game": "ALE/Pong-v5"}
 SPEC = PixelQSpec(4, 84, 84, 6)
 FRAME_STACK = 4
 BATCH = 32
-
-
-@dataclasses.dataclass(frozen=True)
-class BenchWeights:
-    """Duck-typed ``PublishedWeights``."""
-
-    generation: int
-    version: int
-    ref: ray.ObjectRef
 
 
 class RawLoop:
