@@ -4,14 +4,20 @@ For CartPole-sized and Atari-sized (84x84x4 uint8 observations) transitions, a c
 another process streams batches to ``Experience/Insert`` of a real :class:`GrpcServer`
 (checks against the transition spec, coalesced writes into two real ``ReplayShard`` actors,
 counting by a real :class:`services.controller.Controller` through its inbox) and, in the same
-run, streams the very same serialized bytes to a raw gRPC method that only counts them: the
-physical limit of the transport on this machine. Both clients send pre-serialized messages, so
-the difference is the server's work. Each path streams ``REPEATS`` times; the fastest counts.
+run, streams the very same serialized bytes to a raw gRPC method that only counts them (the
+physical limit of the transport on this machine) and to a bare store that parses each message
+and copies its tensors into preallocated rings (the least any store does: no checks, no
+routing, no counting, no second process). All paths get pre-serialized messages, so the
+differences are the servers' work. After an untimed stream per path (for Insert and the store
+it fills the rings once: a long run's replay is full), the paths take turns, ``REPEATS``
+streams each, so all see the same moments of a shared, noisy machine; each path's fastest
+counts.
 
 The last line of standard output is a JSON object: ``insert_small_per_s``,
 ``insert_atari_per_s``, ``insert_atari_mb_per_s``, ``raw_stream_mb_per_s`` (Atari bytes),
-their ratio, and the small-item figures. Anchor: Reverb 0.14 on this machine took 10,000-18,000
-small items/s and 4,000-8,000 Atari-sized items/s over gRPC.
+their ratio ``atari_vs_raw``, the store's ``store_bound_vs_raw``, and the small-item figures.
+Anchor: Reverb 0.14 on this machine took 10,000-18,000 small items/s and 4,000-8,000
+Atari-sized items/s over gRPC.
 """
 
 from __future__ import annotations
@@ -37,14 +43,16 @@ from services.grpc_config import GrpcConfig
 logger = logging.getLogger("relayrl.bench.grpc")
 
 RAW_METHOD = "/relayrl.bench.Raw/Sink"
+STORE_METHOD = "/relayrl.bench.Raw/Store"
 INSERT_METHOD = "/relayrl.v1.Experience/Insert"
+PATHS = {"insert": INSERT_METHOD, "raw": RAW_METHOD, "store": STORE_METHOD}
 SHARDS = 2  # as in the default run config
 SCENARIOS = {
     # name: (observation shape, observation dtype, items per batch, batches, shard capacity)
     "small": ((4,), "float32", 4096, 300, 1 << 20),
     "atari": ((84, 84, 4), "uint8", 32, 320, 2048),
 }
-REPEATS = 3  # timed streams per path; the fastest counts (the machine is shared and noisy)
+REPEATS = 5  # timed streams per path; the fastest counts (the machine is shared and noisy)
 
 
 def arrays(shape: tuple[int, ...], dtype: str, n: int) -> dict[str, np.ndarray]:
@@ -67,17 +75,22 @@ def arrays(shape: tuple[int, ...], dtype: str, n: int) -> dict[str, np.ndarray]:
 
 
 # -- the client (another process) ----------------------------------------------------------------
-def run_client(address: str, method: str, scenario: str, warmup: int) -> dict:
-    """Streams the scenario's batches ``REPEATS`` times after ``warmup`` untimed ones.
+def run_client(insert_address: str, raw_address: str, scenario: str) -> dict:
+    """Streams the scenario's batches to both paths, alternating, ``REPEATS`` times each.
+
+    First an untimed stream to each path fills the shards' rings once (a long run's replay is
+    full: the first pass over fresh storage pays page faults a steady state does not). Then the
+    paths take turns, so both see the same moments of a shared, noisy machine.
 
     Returns:
-        The fastest stream's rates, every stream's seconds, and (Insert) the frames counted.
+        Per path (``insert``, ``raw``): the fastest stream's rates and every stream's seconds;
+        the batch size in bytes; the items sent to and the frames counted by Insert.
     """
     import grpc
 
     from services.proto.relayrl.v1 import relayrl_pb2 as pb
 
-    shape, dtype, items, batches, _ = SCENARIOS[scenario]
+    shape, dtype, items, batches, capacity = SCENARIOS[scenario]
     body = pb.InsertRequest(
         tensors=[
             pb.Tensor(key=k, dtype=d, shape=s, data=b)
@@ -91,39 +104,85 @@ def run_client(address: str, method: str, scenario: str, warmup: int) -> dict:
         for seq in range(first, first + count):
             yield pb.InsertRequest(writer_id="bench", seq=seq).SerializeToString() + body
 
-    channel = grpc.insecure_channel(address, options=[("grpc.max_send_message_length", 64 << 20)])
-    call = channel.stream_unary(method, request_serializer=None, response_deserializer=None)
-    call(messages(0, warmup), timeout=600)
-    seconds, counted = [], 0
-    for repeat in range(REPEATS):
-        started = time.perf_counter()
-        reply = call(messages(warmup + repeat * batches, batches), timeout=600)
-        seconds.append(time.perf_counter() - started)
-        if method == INSERT_METHOD:
-            counted += pb.InsertReply.FromString(reply).frames_counted
-    channel.close()
-    size = len(body) + 16
-    best = min(seconds)
-    return {
-        "items_per_s": items * batches / best,
-        "mb_per_s": size * batches / best / 1e6,
-        "batch_bytes": size,
-        "items": items * batches * REPEATS,
-        "counted": counted if method == INSERT_METHOD else None,
-        "seconds": [round(t, 3) for t in seconds],
+    options = [("grpc.max_send_message_length", 64 << 20)]
+    channels = [grpc.insecure_channel(a, options=options) for a in (insert_address, raw_address)]
+    calls = {
+        path: channels[path != "insert"].stream_unary(method) for path, method in PATHS.items()
     }
+    seq, counted, sent = 0, 0, 0
+    seconds: dict[str, list[float]] = {path: [] for path in PATHS}
+    warmup = max(5, -(-capacity // items))  # batches that fill the rings once
+    for path in PATHS:
+        reply = calls[path](messages(seq, warmup), timeout=600)
+        if path == "insert":
+            counted += pb.InsertReply.FromString(reply).frames_counted
+            sent += warmup * items
+        seq += warmup
+    for _ in range(REPEATS):
+        for path in PATHS:
+            started = time.perf_counter()
+            reply = calls[path](messages(seq, batches), timeout=600)
+            seconds[path].append(time.perf_counter() - started)
+            if path == "insert":
+                counted += pb.InsertReply.FromString(reply).frames_counted
+                sent += batches * items
+            seq += batches
+    for channel in channels:
+        channel.close()
+    size = len(body) + 16
+    result: dict = {"batch_bytes": size, "sent": sent, "counted": counted}
+    for path, times in seconds.items():
+        best = min(times)
+        result[path] = {
+            "items_per_s": items * batches / best,
+            "mb_per_s": size * batches / best / 1e6,
+            "seconds": [round(t, 3) for t in times],
+        }
+    return result
 
 
 # -- the server side (this process) --------------------------------------------------------------
-def raw_server(options: list) -> tuple[object, int]:
-    """A gRPC server whose one method consumes a client stream and counts its bytes."""
+def raw_server(options: list, scenario: str) -> tuple[object, int]:
+    """A gRPC server of the two reference paths, for one scenario.
+
+    ``Sink`` consumes a client stream and counts its bytes: the transport alone. ``Store`` also
+    parses each message as an ``InsertRequest`` and copies its tensors into preallocated rings
+    of the scenario's replay capacity: the least any store does (one parse, one copy into
+    memory that is not in cache), with no checks, no routing and no counting.
+    """
     import grpc
+
+    from services.proto.relayrl.v1 import relayrl_pb2 as pb
+
+    shape, dtype, _, _, capacity = SCENARIOS[scenario]
+    rings = {
+        k: np.ones((capacity, *v.shape[1:]), v.dtype) for k, v in arrays(shape, dtype, 1).items()
+    }
 
     def sink(request_iterator, context):
         return str(sum(len(message) for message in request_iterator)).encode()
 
+    def store(request_iterator, context):
+        cursor = 0
+        for message in request_iterator:
+            request = pb.InsertRequest.FromString(message)
+            n = 0
+            for tensor in request.tensors:
+                ring = rings[tensor.key]
+                batch = np.frombuffer(tensor.data, ring.dtype).reshape(-1, *ring.shape[1:])
+                n, start = len(batch), cursor % capacity
+                head = min(n, capacity - start)
+                ring[start : start + head] = batch[:head]
+                ring[: n - head] = batch[head:]
+            cursor += n
+        return str(cursor).encode()
+
     handler = grpc.method_handlers_generic_handler(
-        "relayrl.bench.Raw", {"Sink": grpc.stream_unary_rpc_method_handler(sink)}
+        "relayrl.bench.Raw",
+        {
+            "Sink": grpc.stream_unary_rpc_method_handler(sink),
+            "Store": grpc.stream_unary_rpc_method_handler(store),
+        },
     )
     server = grpc.server(ThreadPoolExecutor(max_workers=8), options=options)
     server.add_generic_rpc_handlers((handler,))
@@ -183,11 +242,11 @@ class Served:
         return self.controller.counters.collected_frames
 
 
-def client_process(address: str, method: str, scenario: str, warmup: int = 5) -> dict:
+def client_process(insert_address: str, raw_address: str, scenario: str) -> dict:
     """Runs :func:`run_client` in a fresh Python process and returns its JSON."""
     result = subprocess.run(
-        [sys.executable, "-m", "services.bench.grpc", "--client", address, method, scenario,
-         str(warmup)],
+        [sys.executable, "-m", "services.bench.grpc", "--client", insert_address, raw_address,
+         scenario],
         capture_output=True, text=True, timeout=900, check=False,
     )  # fmt: skip
     if result.returncode != 0:
@@ -198,11 +257,10 @@ def client_process(address: str, method: str, scenario: str, warmup: int = 5) ->
 def main(argv: list[str] | None = None) -> int:
     """Runs the benchmark (or, with ``--client``, one client); prints the JSON line."""
     parser = argparse.ArgumentParser(prog="python -m services.bench grpc")
-    parser.add_argument("--client", nargs=4, metavar=("ADDRESS", "METHOD", "SCENARIO", "WARMUP"))
+    parser.add_argument("--client", nargs=3, metavar=("INSERT_ADDRESS", "RAW_ADDRESS", "SCENARIO"))
     args = parser.parse_args(argv)
     if args.client:
-        address, method, scenario, warmup = args.client
-        print(json.dumps(run_client(address, method, scenario, int(warmup))), flush=True)
+        print(json.dumps(run_client(*args.client)), flush=True)
         return 0
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
     ray.init(
@@ -214,30 +272,37 @@ def main(argv: list[str] | None = None) -> int:
         log_to_driver=False,
     )
     options = [("grpc.max_receive_message_length", 64 << 20)]
-    raw, raw_port = raw_server(options)
     results: dict[str, float] = {}
     try:
         for scenario in SCENARIOS:
             served = Served(scenario)
+            raw, raw_port = raw_server(options, scenario)
             try:
-                insert = client_process(served.server.address, INSERT_METHOD, scenario)
+                run = client_process(served.server.address, f"127.0.0.1:{raw_port}", scenario)
             finally:
                 counted = served.close()
-            stream = client_process(f"127.0.0.1:{raw_port}", RAW_METHOD, scenario)
-            if insert["counted"] != insert["items"]:
-                raise RuntimeError(f"{scenario}: {insert['counted']} of {insert['items']} counted")
-            print(f"{scenario}: insert {insert}, raw {stream}, counted {counted}", file=sys.stderr)
+                raw.stop(0)
+            if not run["sent"] == run["counted"] == counted:
+                raise RuntimeError(
+                    f"{scenario}: sent {run['sent']}, acknowledged {run['counted']}, "
+                    f"counted by the driver {counted}"
+                )
+            print(f"{scenario}: {run}", file=sys.stderr)
+            insert, stream, store = run["insert"], run["raw"], run["store"]
             results[f"insert_{scenario}_per_s"] = round(insert["items_per_s"], 1)
             results[f"insert_{scenario}_mb_per_s"] = round(insert["mb_per_s"], 1)
             results[f"raw_stream_{scenario}_mb_per_s"] = round(stream["mb_per_s"], 1)
+            results[f"store_bound_{scenario}_mb_per_s"] = round(store["mb_per_s"], 1)
             results[f"{scenario}_batch_items"] = SCENARIOS[scenario][2]
-            results[f"{scenario}_batch_bytes"] = insert["batch_bytes"]
+            results[f"{scenario}_batch_bytes"] = run["batch_bytes"]
     finally:
-        raw.stop(0)
         ray.shutdown()
     results["raw_stream_mb_per_s"] = results["raw_stream_atari_mb_per_s"]
     ratio = results["insert_atari_mb_per_s"] / results["raw_stream_mb_per_s"]
     results["atari_vs_raw"] = round(ratio, 3)
+    results["store_bound_vs_raw"] = round(
+        results["store_bound_atari_mb_per_s"] / results["raw_stream_mb_per_s"], 3
+    )
     results["small_vs_reverb_max"] = round(results["insert_small_per_s"] / 18_000, 2)
     print(json.dumps(results), flush=True)
     return 0
