@@ -23,6 +23,7 @@ from learner.gpu_check import arrays as random_arrays
 from learner.group import LearnerGroup
 from replay.shard import remote_shard
 from services.config import ConfigError, load_config
+from tests.conftest import ROOT
 
 MLP = ModelSpec(4, 2, (16, 16))
 
@@ -157,3 +158,35 @@ def test_compiled_ranks_under_ddp_match_one_eager_process(ray_cluster):
         torch.testing.assert_close(distributed[name], value, atol=1e-5, rtol=0)
     assert list(states[0]["loss"]) == list(single.state_dict()["loss"])
     assert np.isfinite(receipt.metrics["grad_norm"])
+
+
+def test_a_compiled_dqn_run_trains_and_publishes(ray_cluster, tmp_path):
+    from services.controller import Controller
+
+    config = load_config(
+        ROOT / "deploy" / "configs" / "cartpole_dqn.yaml",
+        [
+            "metrics.enabled=false",
+            f"checkpoint.dir={tmp_path}",
+            "checkpoint.at_end=false",
+            "controller.total_frames=3000",
+            "controller.stop_return=null",
+            "learner.compile=default",
+            "learner.compile_backend=eager",
+        ],
+    )
+    controller = Controller(config)
+    described = []
+
+    def describe_ranks_once(c, receipt):
+        if not described:
+            described.extend(c.learners.describe())
+
+    controller.register("round", describe_ranks_once)
+    try:
+        summary = controller.run()
+    finally:
+        controller.shutdown()
+    assert described and all(d["compiled"] for d in described)
+    assert summary["optim_steps"] == summary["model_version"] > 0
+    assert summary["published_version"] == summary["model_version"]
