@@ -8,6 +8,8 @@ windows. The last line is one JSON object:
 
 * ``compile_seconds``: the compiled core's first optimizer step (Dynamo tracing and kernel
   generation for the forward, the backward and the no-grad bootstrap pass) less an eager step;
+  inductor keeps compiled graphs in an on-disk cache, so a second run on the same machine
+  reports seconds where the first (cold) one reports tens of seconds;
 * ``compiled_updates_per_s``, ``eager_updates_per_s`` and their ratio ``ratio_compiled``
   (above 1: compile pays off once ``compile_seconds`` is amortized).
 
