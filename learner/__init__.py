@@ -23,6 +23,11 @@ Layout:
       loss method, SAC's critic, actor and temperature).
     * ``core``: :class:`LearnerCore`, the pure training state of one rank; ``version`` counts
       optimizer steps in the lineage; ``state_dict`` is tensors and plain values.
+    * ``compilation``: ``learner.compile`` (``off`` or a ``torch.compile`` mode) and
+      ``learner.compile_backend``: the core compiles its policy network in place after the loss
+      is built (``nn.Module.compile`` silently skips ``nn.Sequential`` networks on torch 2.13,
+      so a traced function of ours calls ``_call_impl``); ``state_dict`` keys, published
+      weights and checkpoints are unchanged; DDP wraps the loss around it as in eager mode.
     * ``sampling``: :class:`RankSampler`, per-rank sampling with one round of prefetch, and
       on-policy rounds (:class:`EpochPlan`): the rank's share of the batch, fetched once and
       trained in shuffled epochs of minibatches, reporting the items' policy lag.

@@ -16,6 +16,8 @@ GRAD_CLIPS = ("norm", "value", "none")
 PRECISIONS = ("fp32", "bf16", "fp16")
 LR_SCHEDULERS = ("none", "linear", "cosine")
 PIXEL_TORSOS = ("nature", "impala")
+COMPILE_MODES = ("off", "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+COMPILE_BACKENDS = ("inductor", "aot_eager", "eager")
 _FACTORY_PATH = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
 
 
@@ -82,6 +84,12 @@ class LearnerConfig:
         lr_end_factor: Final learning rate as a fraction of ``lr``.
         target_update_interval: Optimizer steps between target network updates.
         target_update_tau: 1.0 copies the weights (hard update); below 1 averages (soft update).
+        compile: ``off`` or a ``torch.compile`` mode (``default``, ``reduce-overhead``,
+            ``max-autotune``, ``max-autotune-no-cudagraphs``) for the policy network each rank
+            trains; ``state_dict`` keys, published weights and checkpoints are unchanged (see
+            ``learner.compilation``). The first round of a rank pays the compile time.
+        compile_backend: ``inductor`` (generated kernels; reads the mode), ``aot_eager`` or
+            ``eager`` (tracing only, for CI and debugging).
     """
 
     # Scaling and placement
@@ -128,11 +136,15 @@ class LearnerConfig:
     # Target network
     target_update_interval: int = 1
     target_update_tau: float = 0.005
+    # Compilation
+    compile: str = "off"
+    compile_backend: str = "inductor"
 
     def __post_init__(self) -> None:
         self._check_scaling()
         self._check_learning_rule()
         self._check_optimization()
+        self._check_compile()
 
     def _check_scaling(self) -> None:
         _check(self.world_size >= 1, "world_size", "must be an integer >= 1", self.world_size)
@@ -287,6 +299,25 @@ class LearnerConfig:
         _check(
             0 <= self.lr_end_factor <= 1, "lr_end_factor", "must be in [0, 1]", self.lr_end_factor
         )
+
+    def _check_compile(self) -> None:
+        _check(
+            self.compile in COMPILE_MODES,
+            "compile",
+            f"must be one of {COMPILE_MODES}",
+            self.compile,
+        )
+        _check(
+            self.compile_backend in COMPILE_BACKENDS,
+            "compile_backend",
+            f"must be one of {COMPILE_BACKENDS}",
+            self.compile_backend,
+        )
+        if self.compile != "off":
+            from learner.compilation import compile_unsupported_reason  # imports torch
+
+            reason = compile_unsupported_reason()
+            _check(reason is None, "compile", f"needs torch.compile: {reason}", self.compile)
 
     @property
     def per_rank_batch_size(self) -> int:

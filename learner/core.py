@@ -9,6 +9,7 @@ import torch
 from tensordict import TensorDict
 from torch import nn
 
+from learner.compilation import compile_policy
 from learner.config import LearnerConfig
 from learner.delayed import DelayedPolicyStepper
 from learner.loss import LossDispatch, LossFactory, loss_factory_for
@@ -45,7 +46,9 @@ class LearnerCore:
     """One rank's training state.
 
     ``train_module`` is what the stepper calls (a :class:`LossDispatch` over ``loss_module``);
-    a rank replaces it with a DDP wrapper so gradients are averaged over ranks. ``version``
+    a rank replaces it with a DDP wrapper so gradients are averaged over ranks. With
+    ``config.compile``, ``policy_network`` is compiled in place (``compiled`` is True; the
+    ``state_dict`` is unchanged, see :mod:`learner.compilation`). ``version``
     counts optimizer steps in this lineage (a step skipped by the non-finite guard counts too:
     versions follow the steps the driver asked for).
 
@@ -83,6 +86,8 @@ class LearnerCore:
         self.train_module: nn.Module = LossDispatch(self.loss_module)
         make_stepper = stepper_factory or stepper_factory_for(config)
         self.stepper: Stepper = make_stepper(self.loss_module, config)
+        # After the loss is built, so its target copies stay plain modules.
+        self.compiled = compile_policy(self.policy_network, config)
         self.version = 0
         self._priorities: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []
 

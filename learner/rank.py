@@ -33,6 +33,8 @@ class LearnerRank:
     generation is refused unless it is this rank's.
 
     With one rank the loss is not wrapped in DDP (the step is the same without the all-reduce).
+    With ``config.compile`` the core compiles its policy network in place before DDP wraps the
+    loss around it (the ``state_dict`` keys are unchanged; see :mod:`learner.compilation`).
 
     Args:
         rank: This rank's index.
@@ -136,7 +138,7 @@ class LearnerRank:
         return self.rank
 
     def describe(self) -> dict:
-        """Rank, generation, device, backend, world size and version (for checks and logs)."""
+        """Rank, generation, device, backend, world size, DDP, compile and version (for checks)."""
         return {
             "rank": self.rank,
             "generation": self.generation,
@@ -144,6 +146,7 @@ class LearnerRank:
             "backend": dist.get_backend() if dist.is_initialized() else None,
             "device": str(self.core.device) if self.core else self.device,
             "ddp": isinstance(self.core.train_module, DistributedDataParallel),
+            "compiled": bool(self.core and self.core.compiled),
             "version": self.core.version if self.core else None,
         }
 

@@ -24,6 +24,9 @@ Measured side by side in one run on one Ray instance, with the DQN preprocessing
 ``observation`` and ``next_observation`` (two ``[4, 84, 84]`` uint8 stacks plus the columns).
 The machine's load (``load_avg_1m``) is recorded: on a shared 2-core machine every figure is
 noisy, the ratios less so than the rates.
+
+``--compile`` measures only the learner with ``learner.compile`` against eager instead
+(``services.bench.compiled``; ``--compile-mode``, ``--compile-backend``).
 """
 
 from __future__ import annotations
@@ -295,8 +298,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--learn-transitions", type=int, default=4096)
     parser.add_argument("--steps-per-round", type=int, default=16)
     parser.add_argument("--publications", type=int, default=50)
+    parser.add_argument(
+        "--compile", action="store_true", help="only the learner: compiled vs eager updates/s"
+    )
+    parser.add_argument("--compile-mode", default="default", help="learner.compile of --compile")
+    parser.add_argument("--compile-backend", default="inductor", help="learner.compile_backend")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
+    if args.compile:
+        from services.bench.compiled import measure_compile
+
+        print(json.dumps(measure_compile(args)), flush=True)
+        return 0
     ray.init(
         address="local",  # never attach to a (possibly stale) `ray start` cluster
         num_cpus=8,
