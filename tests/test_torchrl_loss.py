@@ -117,16 +117,16 @@ def test_the_one_line_config_trains_cartpole_with_torchrls_dqn_loss(tmp_path):
         "--config",
         CONFIG,
         "--set",
-        "controller.total_frames=30000",
+        "controller.total_frames=20000",
         "--set",
         f"run.dir={tmp_path / 'run'}",
     )
     assert result.returncode == 0, result.stderr[-3000:]
     summary = json.loads(result.stdout.strip().splitlines()[-1])
-    assert summary["optim_steps"] > 0 and summary["frames"] >= 30000
-    # A random policy averages about 22 on CartPole; one-step DQN's running mean swings (it
-    # measured 110-190 at 30 k frames here), so the test asks for its best over the run and
-    # a final value still three times random's.
+    assert summary["optim_steps"] > 0 and summary["frames"] >= 20000
+    # A random policy averages about 22 on CartPole; one-step DQN's running mean swings (at
+    # 20 k frames it measured best 122-187, final 107-130 here), so the test asks for its best
+    # over the run and a final value still three times random's.
     lines = (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()
     best = max(json.loads(line)["episode_return_mean"] or 0 for line in lines)
     assert best >= 100 and summary["episode_return_mean"] >= 66, (best, summary)
