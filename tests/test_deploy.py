@@ -134,11 +134,11 @@ class Head:
 
     def stop(self):
         """Ends this head's processes only (`ray stop` would end every Ray on the machine)."""
-        for sig in (signal.SIGTERM, signal.SIGKILL):
+        for sig, grace in ((signal.SIGTERM, 3), (signal.SIGKILL, 20)):
             for pid in self.pids():
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, sig)
-            deadline = time.monotonic() + 20
+            deadline = time.monotonic() + grace
             while self.pids() and time.monotonic() < deadline:
                 time.sleep(0.2)  # polling process exit: there is no event to await
         shutil.rmtree(self.temp_dir, ignore_errors=True)
