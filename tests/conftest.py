@@ -47,6 +47,30 @@ def ray_cluster():
     ray.shutdown()
 
 
+def processes_naming(text: str) -> list[int]:
+    """Processes whose command line holds ``text``, and all their descendants.
+
+    Ray's agents rename themselves (``ray::DashboardAgent``), so a cluster's processes are its
+    named ones and their children.
+    """
+    named, parents = set(), {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if text.encode() in (entry / "cmdline").read_bytes():
+                    named.add(int(entry.name))
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            parents[int(entry.name)] = int(stat.rsplit(")", 1)[1].split()[1])
+    found, grew = set(named), True
+    while grew:
+        children = {pid for pid, parent in parents.items() if parent in found} - found
+        found |= children
+        grew = bool(children)
+    return sorted(found)
+
+
 @pytest.fixture
 def free_port() -> int:
     """A port the OS reports free right now."""

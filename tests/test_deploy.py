@@ -17,7 +17,7 @@ import yaml
 
 from services.checkpoint import latest_valid, verify
 from services.config import load_config
-from tests.conftest import ROOT
+from tests.conftest import ROOT, processes_naming
 
 PORT_FLAGS = (
     "--port",
@@ -122,26 +122,31 @@ class Head:
         result = self.job("logs", job_id)
         return result.stdout + result.stderr
 
-    def pids(self) -> list[int]:
-        """Processes whose command line names this head's temp dir."""
-        found = []
-        for entry in Path("/proc").iterdir():
-            if entry.name.isdigit():
-                with contextlib.suppress(OSError):
-                    if self.temp_dir.encode() in (entry / "cmdline").read_bytes():
-                        found.append(int(entry.name))
-        return found
-
     def stop(self):
-        """Ends this head's processes only (`ray stop` would end every Ray on the machine)."""
+        """Ends this head's processes only (`ray stop` would end every Ray on the machine).
+
+        The process tree is taken before any signal: once the raylet is gone, the agents it
+        started belong to init and name nothing of this head.
+        """
+        pids = processes_naming(self.temp_dir)
         for sig, grace in ((signal.SIGTERM, 3), (signal.SIGKILL, 20)):
-            for pid in self.pids():
+            for pid in pids:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, sig)
             deadline = time.monotonic() + grace
-            while self.pids() and time.monotonic() < deadline:
+            while _alive(pids) and time.monotonic() < deadline:
                 time.sleep(0.2)  # polling process exit: there is no event to await
         shutil.rmtree(self.temp_dir, ignore_errors=True)
+
+
+def _alive(pids: list[int]) -> bool:
+    """Whether any of ``pids`` still runs (zombies count as gone)."""
+    for pid in pids:
+        with contextlib.suppress(OSError):
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+            if state != "Z":
+                return True
+    return False
 
 
 @pytest.fixture(scope="module")

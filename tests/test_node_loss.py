@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from services.checkpoint import latest_valid
-from tests.conftest import PYTHON, ROOT, cli_env
+from tests.conftest import PYTHON, ROOT, cli_env, processes_naming
 
 
 def free_port() -> int:
@@ -69,8 +69,9 @@ class TwoNodes:
 
     def stop(self):
         """Ends this cluster's processes only (`ray stop` would end every Ray on the machine)."""
+        pids = processes_naming(self.temp_dir)  # before any signal orphans the agents
         for sig in (signal.SIGTERM, signal.SIGKILL):
-            for pid in self.pids():
+            for pid in pids:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, sig)
 
