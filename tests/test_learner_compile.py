@@ -24,26 +24,13 @@ from learner.group import LearnerGroup
 from replay.shard import remote_shard
 from services.config import ConfigError, load_config
 from tests.conftest import ROOT
+from tests.test_learner_core import random_batch
 
 MLP = ModelSpec(4, 2, (16, 16))
 
 
 def captured_graphs() -> int:
     return torch._dynamo.utils.counters["stats"]["unique_graphs"]
-
-
-def mlp_batch(size, seed):
-    g = torch.Generator().manual_seed(seed)
-    return TensorDict(
-        {
-            "observation": torch.randn(size, 4, generator=g),
-            "action": torch.randint(0, 2, (size,), generator=g),
-            "reward": torch.randn(size, generator=g),
-            "next_observation": torch.randn(size, 4, generator=g),
-            "terminated": torch.rand(size, generator=g) < 0.1,
-        },
-        batch_size=[size],
-    )
 
 
 def pixel_batch(size, seed):
@@ -92,7 +79,7 @@ def test_compile_is_refused_on_a_torch_without_dynamo(monkeypatch):
 
 @pytest.mark.parametrize(
     ("spec", "make_batch", "backend"),
-    [(MLP, mlp_batch, "aot_eager"), (PixelQSpec(4, 84, 84, 6), pixel_batch, "eager")],
+    [(MLP, random_batch, "aot_eager"), (PixelQSpec(4, 84, 84, 6), pixel_batch, "eager")],
     ids=["mlp", "nature_cnn"],
 )
 def test_compiled_training_matches_eager_and_keeps_state_keys(spec, make_batch, backend):
