@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+import threading
 import uuid
 from collections.abc import Sequence
 from pathlib import Path
@@ -57,6 +58,10 @@ class ReplayShard:
         self.incarnation = uuid.uuid4().hex[:8]  # changes when Ray restarts the actor
         self.mmap_root = None if mmap_dir is None else Path(mmap_dir)
         self.shared_views = BlockViews()
+        # Actor methods run one at a time; direct gRPC writes (``start_intake``) run on server
+        # threads, so every use of the table takes this lock.
+        self.lock = threading.Lock()
+        self.intake = None  # (gate, server, address) once direct writes are on
         self.table = ReplayTable(
             capacity,
             shard_id=shard_id,
@@ -75,11 +80,13 @@ class ReplayShard:
 
     def write(self, batch: Batch, writer_id: str, seq: int) -> WriteReceipt:
         """Stores a batch; see :meth:`ReplayTable.write`."""
-        return self.table.write(batch, writer_id, seq)
+        with self.lock:
+            return self.table.write(batch, writer_id, seq)
 
     def write_many(self, writes: list[tuple[Batch, str, int]]) -> list[WriteReceipt]:
         """Stores ``(batch, writer_id, seq)`` writes in order (one call for several)."""
-        return [self.table.write(batch, writer_id, seq) for batch, writer_id, seq in writes]
+        with self.lock:
+            return [self.table.write(batch, writer_id, seq) for batch, writer_id, seq in writes]
 
     def write_shared_many(self, writes: list[tuple[str, Layout, str, int]]) -> list[WriteReceipt]:
         """Stores ``(path, layout, writer_id, seq)`` batches placed in shared memory, in order.
@@ -87,10 +94,11 @@ class ReplayShard:
         The writer runs on this shard's node (see ``replay.shm``); each batch is copied into the
         table, so the writer may reuse its block once this call returns.
         """
-        return [
-            self.table.write(view_batch(self.shared_views, path, layout), writer_id, seq)
-            for path, layout, writer_id, seq in writes
-        ]
+        with self.lock:
+            return [
+                self.table.write(view_batch(self.shared_views, path, layout), writer_id, seq)
+                for path, layout, writer_id, seq in writes
+            ]
 
     def health(self) -> dict:
         """What the driver's health check needs: incarnation, size, node and process id."""
@@ -113,32 +121,38 @@ class ReplayShard:
         Returns:
             ``(batch, info)``: the sample (empty for ``batch_size`` 0) and :meth:`info` after it.
         """
-        if updates is not None:
-            self.table.update_priorities(*updates)
-        batch = self.table.sample(batch_size) if batch_size > 0 else {}
-        return batch, self.table.info()
+        with self.lock:
+            if updates is not None:
+                self.table.update_priorities(*updates)
+            batch = self.table.sample(batch_size) if batch_size > 0 else {}
+            return batch, self.table.info()
 
     def update_priorities(
         self, indices: np.ndarray, insertion_ids: np.ndarray, priorities: np.ndarray
     ) -> int:
         """See :meth:`ReplayTable.update_priorities`; returns the number applied."""
-        return self.table.update_priorities(indices, insertion_ids, priorities)
+        with self.lock:
+            return self.table.update_priorities(indices, insertion_ids, priorities)
 
     def clear(self) -> int:
         """Drops every stored item; see :meth:`ReplayTable.clear`."""
-        return self.table.clear()
+        with self.lock:
+            return self.table.clear()
 
     def info(self) -> dict:
         """Size and sampling masses (see :meth:`ReplayTable.info`)."""
-        return self.table.info()
+        with self.lock:
+            return self.table.info()
 
     def stats(self) -> dict:
         """Size and counters of this shard."""
-        return self.table.stats()
+        with self.lock:
+            return self.table.stats()
 
     def dump(self, path: str) -> dict:
         """Writes this shard's table into directory ``path``; see :meth:`ReplayTable.dump`."""
-        return self.table.dump(path)
+        with self.lock:
+            return self.table.dump(path)
 
     def load(self, path: str) -> dict:
         """Replaces this shard's table with the one dumped in ``path``; returns its stats.
@@ -156,10 +170,63 @@ class ReplayShard:
                 table.capacity,
                 self.table.capacity,
             )
-        self.table = table
+        with self.lock:
+            self.table = table
         if old_dir is not None:
             shutil.rmtree(old_dir, ignore_errors=True)  # the old mapping stays valid until freed
         return self.table.stats()
+
+    # -- direct gRPC writes (``services.shard_intake``) ----------------------------------------
+    def start_intake(self, options: dict) -> str:
+        """Serves ``Experience/Insert`` from this process; returns the address clients use.
+
+        Args:
+            options: ``spec`` (the run's transition spec), ``num_shards``, ``host`` (bind),
+                ``advertise`` (the host clients dial; this node's IP for ``0.0.0.0``),
+                ``token``, ``max_bytes``, ``max_workers`` (see ``grpc.*`` in the run config).
+        """
+        from services.shard_intake import IntakeGate, ShardInsertServicer, start_server
+
+        if self.intake is not None:
+            return self.intake[2]
+        advertise = options["advertise"] or ray.util.get_node_ip_address()
+        gate = IntakeGate()
+        servicer = ShardInsertServicer(
+            self.write,
+            gate,
+            options["spec"],
+            shard_id=self.shard_id,
+            num_shards=options["num_shards"],
+            max_bytes=options["max_bytes"],
+        )
+        server, address = start_server(
+            servicer,
+            host=options["host"],
+            advertise=advertise,
+            token=options["token"],
+            max_workers=options["max_workers"],
+        )
+        self.intake = (gate, server, address)
+        logger.info("replay shard %d takes Insert streams at %s", self.shard_id, address)
+        return address
+
+    def intake_set(self, *, open: bool, closed: bool, total_frames: int) -> None:
+        """The driver's intake state (see ``services.shard_intake.IntakeGate.set``)."""
+        if self.intake is not None:
+            self.intake[0].set(open=open, closed=closed, total_frames=total_frames)
+
+    def intake_drain(self, total_frames: int = 0) -> list:
+        """Receipts of direct writes stored since the last drain (``total_frames``: the run's)."""
+        return [] if self.intake is None else self.intake[0].drain(total_frames)
+
+    def intake_hold(self) -> list:
+        """Holds direct writes (around a cut) once those in progress are stored; their receipts."""
+        return [] if self.intake is None else self.intake[0].hold()
+
+    def intake_release(self) -> None:
+        """Lets direct writes in again."""
+        if self.intake is not None:
+            self.intake[0].release()
 
 
 def remote_shard(

@@ -66,6 +66,7 @@ class Inbox:
         self._open = False  # the driver lets external writes in (budget, lag, stop)
         self._closed = False
         self.refusal: str | None = None  # why this run takes no external experience at all
+        self.direct = None  # services.direct_writes.DirectWrites with grpc.direct_writes
 
     # -- wiring ------------------------------------------------------------------------------
     def enable(self, controller) -> None:
@@ -101,6 +102,24 @@ class Inbox:
             waiters, self._stop_waiters = self._stop_waiters, []
         for future in waiters:
             future.set_result(str(path) if path else "")
+
+    def attach_direct(self, direct) -> None:
+        """Gates and counts the shards' direct writes like the driver's own (see the module)."""
+        self.direct = direct
+        self._push_direct()
+
+    def shard_restarted(self, index: int) -> None:
+        """A replay shard came back: its direct Insert server is started again."""
+        if self.direct is not None:
+            self.direct.restart(index)
+
+    def _push_direct(self) -> None:
+        if self.direct is not None:
+            self.direct.push(
+                open=self._open and not self._closed,
+                closed=self._closed,
+                total_frames=self.status.get("collected_frames", 0),
+            )
 
     # -- requests (gRPC threads) -----------------------------------------------------------------
     def request_checkpoint(self) -> Future:
@@ -242,12 +261,15 @@ class Inbox:
             while self._active:
                 self._cond.wait()
         try:
-            self._count(controller)
+            held = self.direct.hold() if self.direct is not None else []
+            self._count(controller, held)
             yield
         finally:
             with self._cond:
                 self._held = False
                 self._cond.notify_all()
+            if self.direct is not None:
+                self.direct.release()
 
     def _may_write(self, controller) -> bool:
         c, ctrl = controller.counters, controller.config.controller
@@ -258,13 +280,19 @@ class Inbox:
     def _set_open(self, value: bool) -> None:
         with self._cond:
             value = value and not self._stops  # a stop accepted meanwhile keeps writes out
-            if value != self._open:
+            changed = value != self._open
+            if changed:
                 self._open = value
                 self._cond.notify_all()
+        if changed:
+            self._push_direct()
 
-    def _count(self, controller) -> None:
+    def _count(self, controller, direct: list | None = None) -> None:
         with self._cond:
             receipts, self._receipts = self._receipts, []
+        if direct is None and self.direct is not None:
+            direct = self.direct.drain(controller.counters.collected_frames)
+        receipts += [(receipt, Future()) for receipt in direct or ()]
         for receipt, _ in receipts:
             if receipt.frames:
                 controller.count_external(receipt)
@@ -279,8 +307,12 @@ class Inbox:
             self._closed = True
             self._cond.notify_all()
             self._cond.wait_for(lambda: self._active == 0, timeout=30.0)
+        held = []
+        if self.direct is not None:
+            self._push_direct()
+            held = self.direct.hold()
         if count:
-            self._count(controller)
+            self._count(controller, held)
         else:
             self._fail_receipts(IntakeClosed("the run stopped before counting this batch"))
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import zlib
 from collections.abc import Iterable, Mapping, Sequence
 
 import gymnasium as gym
@@ -38,6 +39,8 @@ DTYPES = (
 )
 WRITER_PREFIX = "external/"
 MAX_WRITER_ID = 128
+# A writer's batches take turns over the shards in runs of this many sequence numbers.
+ROUTE_GROUP = 8
 
 
 class BatchError(ValueError):
@@ -147,6 +150,16 @@ class ExternalReceipt:
     episode_returns: tuple[float, ...]
     episode_lengths: tuple[int, ...]
     write: WriteReceipt
+
+
+def shard_of(writer: str, seq: int, num_shards: int) -> int:
+    """The shard that stores (and deduplicates) batch ``seq`` of replay writer ``writer``.
+
+    A writer's batches take turns over every shard in runs of :data:`ROUTE_GROUP`, and a
+    retried ``(writer, seq)`` meets the shard that stored it (``writer`` is the replay writer
+    id, ``external/<client writer id>``).
+    """
+    return (zlib.crc32(writer.encode()) + seq // ROUTE_GROUP) % num_shards
 
 
 def check_writer(writer_id: str, seq: int) -> str:

@@ -18,6 +18,8 @@ includes a random part), or it would be taken for a retry.
 
 from __future__ import annotations
 
+import collections
+import concurrent.futures
 import dataclasses
 import os
 import socket
@@ -28,7 +30,7 @@ import grpc
 import numpy as np
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from services.external import decode_state_dict, encode_arrays
+from services.external import WRITER_PREFIX, decode_state_dict, encode_arrays, shard_of
 from services.proto.relayrl.v1 import relayrl_pb2 as pb
 from services.proto.relayrl.v1 import relayrl_pb2_grpc as pb_grpc
 
@@ -95,6 +97,11 @@ class RelayClient:
         self.writer_id = writer_id or default_writer_id()
         self.timeout = timeout
         self.seq = 0
+        self.channel_options = [
+            ("grpc.max_send_message_length", limit),
+            ("grpc.max_receive_message_length", limit),
+        ]
+        self.shard_stubs: dict[str, tuple[grpc.Channel, pb_grpc.ExperienceStub]] = {}
 
     def __enter__(self) -> RelayClient:
         return self
@@ -103,8 +110,11 @@ class RelayClient:
         self.close()
 
     def close(self) -> None:
-        """Closes the channel."""
+        """Closes the channels."""
         self.channel.close()
+        for channel, _ in self.shard_stubs.values():
+            channel.close()
+        self.shard_stubs = {}
 
     # -- control -----------------------------------------------------------------------------
     def status(self) -> pb.Status:
@@ -188,6 +198,64 @@ class RelayClient:
         """
         requests = (b if isinstance(b, pb.InsertRequest) else self.batch(b) for b in batches)
         return self.experience.Insert(requests, metadata=self.metadata, timeout=self.timeout)
+
+    def route(self) -> pb.Route:
+        """The replay shards' Insert addresses (empty unless the run has ``grpc.direct_writes``)."""
+        return self.experience.GetRoute(
+            pb.GetRouteRequest(), metadata=self.metadata, timeout=self.timeout
+        )
+
+    def insert_direct(self, batches: Iterable[Mapping[str, np.ndarray] | pb.InsertRequest]):
+        """Sends each batch straight to the replay shard that stores it; one merged reply.
+
+        One stream per shard, in parallel. Without a route (the run has no
+        ``grpc.direct_writes``), or for the batches of a shard that cannot be reached (it
+        restarted: the route changed), the driver's :meth:`insert` takes them; a retried
+        ``(writer_id, seq)`` is acknowledged, not stored twice, either way. A shard answers
+        once its batches are stored; the driver counts them at its next loop boundary.
+
+        Raises:
+            grpc.RpcError: As :meth:`insert`.
+        """
+        requests = [b if isinstance(b, pb.InsertRequest) else self.batch(b) for b in batches]
+        addresses = list(self.route().shard_addresses)
+        if not addresses:
+            return self.insert(requests)
+        groups: dict[int, list[pb.InsertRequest]] = collections.defaultdict(list)
+        for request in requests:
+            writer = WRITER_PREFIX + request.writer_id
+            groups[shard_of(writer, request.seq, len(addresses))].append(request)
+        with concurrent.futures.ThreadPoolExecutor(max_workers=len(groups)) as pool:
+            calls = {
+                index: pool.submit(
+                    self._shard_stub(addresses[index]).Insert,
+                    iter(group),
+                    metadata=self.metadata,
+                    timeout=self.timeout,
+                )
+                for index, group in groups.items()
+            }
+        replies, rerouted = [], []
+        for index, call in calls.items():
+            try:
+                replies.append(call.result())
+            except grpc.RpcError as err:
+                if err.code() != grpc.StatusCode.UNAVAILABLE:
+                    raise
+                rerouted += groups[index]
+        if rerouted:
+            replies.append(self.insert(rerouted))
+        return pb.InsertReply(
+            receipts=sorted((r for reply in replies for r in reply.receipts), key=lambda r: r.seq),
+            frames_counted=sum(reply.frames_counted for reply in replies),
+            total_frames=max(reply.total_frames for reply in replies),
+        )
+
+    def _shard_stub(self, address: str) -> pb_grpc.ExperienceStub:
+        if address not in self.shard_stubs:
+            channel = grpc.insecure_channel(address, options=self.channel_options)
+            self.shard_stubs[address] = (channel, pb_grpc.ExperienceStub(channel))
+        return self.shard_stubs[address][1]
 
     def get_weights(self, generation: int = -1, version: int = -1) -> Weights | None:
         """The newest weights if newer than ``(generation, version)``, else None."""

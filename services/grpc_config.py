@@ -43,6 +43,9 @@ class GrpcConfig:
         shared_memory_mb: Batches over 100 KiB for shards on the driver's node go through a
             pool of shared-memory blocks in ``/dev/shm`` of at most this size instead of Ray's
             object store (``replay.shm``); 0: off.
+        direct_writes: Every replay shard also serves ``Experience/Insert`` itself; clients
+            that fetch ``Experience/GetRoute`` stream each batch to its shard, skipping the
+            driver hop (``services.shard_intake``). The driver still gates and counts them.
     """
 
     port: int | None = None
@@ -53,6 +56,7 @@ class GrpcConfig:
     inflight_writes: int = 4
     grace_s: float = 2.0
     shared_memory_mb: float = 256.0
+    direct_writes: bool = False
 
     def __post_init__(self) -> None:
         checks = [
@@ -96,6 +100,21 @@ class GrpcConfig:
     def max_message_bytes(self) -> int:
         """The batch size limit in bytes."""
         return int(self.max_message_mb * (1 << 20))
+
+    def shard_intake_options(self) -> dict:
+        """Where and how replay shards serve direct writes (see ``ReplayShard.start_intake``).
+
+        On loopback they bind the same host; beyond it every interface, advertising their
+        node's IP.
+        """
+        loopback = is_loopback(self.host)
+        return {
+            "host": self.host if loopback else ("::" if ":" in self.host else "0.0.0.0"),
+            "advertise": self.host if loopback else None,
+            "token": self.resolved_token(),
+            "max_bytes": self.max_message_bytes,
+            "max_workers": self.max_workers,
+        }
 
     def resolved_token(self) -> str | None:
         """The token clients must send (read from the environment for ``env:NAME``)."""

@@ -8,10 +8,11 @@ several batches (more batches per call exactly when the shards are the bottlenec
 is acknowledged on its own receipt, and the driver counts it from there (see
 ``services.control``).
 
-Routing: batch ``seq`` of writer ``w`` goes to shard ``(crc32(w) + seq // GROUP) % shards``: a
-writer's batches take turns over every shard in runs of ``GROUP`` (so consecutive batches can
-share a call), and a retried ``(writer, seq)`` meets the shard that deduplicates it. Batches of
-at least ``SHARED_MIN_BYTES`` for a shard on the driver's node travel through shared memory
+Routing (``services.external.shard_of``): batch ``seq`` of writer ``w`` goes to shard
+``(crc32(w) + seq // ROUTE_GROUP) % shards``: a writer's batches take turns over every shard in
+runs of ``ROUTE_GROUP`` (so consecutive batches can share a call), and a retried
+``(writer, seq)`` meets the shard that deduplicates it. Batches of at least
+``SHARED_MIN_BYTES`` for a shard on the driver's node travel through shared memory
 (``replay.shm``); the rest as Ray arguments.
 """
 
@@ -29,9 +30,8 @@ import ray
 from replay.client import ReplayClient
 from replay.shm import SharedBlocks
 from services.control import Inbox
-from services.external import ExternalReceipt
+from services.external import ExternalReceipt, shard_of
 
-GROUP = 8
 SHARED_MIN_BYTES = 100 << 10
 
 
@@ -87,7 +87,7 @@ class ReplayRoute:
 
     def shard_of(self, writer: str, seq: int) -> int:
         """The shard that stores (and deduplicates) batch ``seq`` of ``writer``."""
-        return (self.replay.shard_for(writer) + seq // GROUP) % len(self.replay.shards)
+        return shard_of(writer, seq, len(self.replay.shards))
 
     def send(self, items: list[Pending]) -> list[concurrent.futures.Future]:
         """One call per shard (and per way) for ``items``; returns the calls' futures."""

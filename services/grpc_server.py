@@ -166,6 +166,19 @@ class GrpcServer:
     def attach(self, controller) -> None:
         """Serves ``controller``: its inbox goes live; health follows the run's state."""
         self.inbox.enable(controller)
+        if self.config.direct_writes:
+            controller.register("setup", self._start_direct)
+
+    def _start_direct(self, controller) -> None:
+        """Starts the shards' Insert servers once the run's shards exist."""
+        if self.inbox.refusal is not None:
+            return
+        from services.direct_writes import DirectWrites
+
+        options = {**self.config.shard_intake_options(), "spec": self.experience.spec}
+        direct = DirectWrites(controller.shards, options)
+        self.inbox.attach_direct(direct)
+        logger.info("gRPC direct writes: replay shards at %s", ", ".join(direct.addresses))
 
     def _on_state(self, state: str) -> None:
         self._set_health(serving=state == "running")

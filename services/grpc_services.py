@@ -89,7 +89,7 @@ class ControlServicer(pb_grpc.ControlServicer):
         """Cuts a consistent checkpoint at the driver's next boundary; returns its path."""
         try:
             future = self.inbox.request_checkpoint()
-            path = future.result(timeout=_remaining(context))
+            path = future.result(timeout=remaining_seconds(context))
         except IntakeClosed as err:
             context.abort(grpc.StatusCode.FAILED_PRECONDITION, f"cannot checkpoint: {err}")
         except concurrent.futures.TimeoutError:
@@ -107,7 +107,7 @@ class ControlServicer(pb_grpc.ControlServicer):
         path = ""
         if request.wait:
             try:
-                path = future.result(timeout=_remaining(context))
+                path = future.result(timeout=remaining_seconds(context))
             except concurrent.futures.TimeoutError:
                 context.abort(grpc.StatusCode.DEADLINE_EXCEEDED, "still stopping")
         return pb.StopReply(checkpoint=path, frames=self.inbox.status.get("collected_frames", 0))
@@ -162,7 +162,10 @@ class ExperienceServicer(pb_grpc.ExperienceServicer):
         stream = None
         try:
             stream = InsertStream(
-                self.route(), self.inbox, window=self.inflight_writes, timeout=_remaining(context)
+                self.route(),
+                self.inbox,
+                window=self.inflight_writes,
+                timeout=remaining_seconds(context),
             )
             for request in request_iterator:
                 writer = check_writer(request.writer_id, request.seq)
@@ -184,7 +187,7 @@ class ExperienceServicer(pb_grpc.ExperienceServicer):
                 )
             items = stream.finish()
             return pb.InsertReply(
-                receipts=[_receipt_message(item.receipt) for item in items],
+                receipts=[receipt_message(item.receipt) for item in items],
                 frames_counted=sum(item.receipt.frames for item in items),
                 total_frames=max((item.counted.result() for item in items), default=0),
             )
@@ -221,6 +224,14 @@ class ExperienceServicer(pb_grpc.ExperienceServicer):
         for offset in range(0, len(blob), WEIGHTS_CHUNK_BYTES):
             yield pb.WeightsChunk(data=bytes(view[offset : offset + WEIGHTS_CHUNK_BYTES]))
 
+    def GetRoute(self, request, context):
+        """The shards' Insert addresses with ``grpc.direct_writes`` (else an empty route)."""
+        direct = self.inbox.direct
+        if direct is None:
+            return pb.Route()
+        addresses, group, epoch = direct.route()
+        return pb.Route(shard_addresses=addresses, group=group, epoch=epoch)
+
     def _encode(self, weights) -> tuple[tuple[int, int], list, bytes]:
         with self._weights_lock:
             if self._encoded is None or self._encoded[0] != weights.key:
@@ -229,7 +240,8 @@ class ExperienceServicer(pb_grpc.ExperienceServicer):
             return self._encoded
 
 
-def _receipt_message(receipt: ExternalReceipt) -> pb.WriteReceipt:
+def receipt_message(receipt: ExternalReceipt) -> pb.WriteReceipt:
+    """The wire form of a stored batch's receipt."""
     write = receipt.write
     return pb.WriteReceipt(
         shard_id=write.shard_id,
@@ -241,7 +253,7 @@ def _receipt_message(receipt: ExternalReceipt) -> pb.WriteReceipt:
     )
 
 
-def _remaining(context) -> float:
+def remaining_seconds(context) -> float:
     """Seconds left before the RPC's deadline (capped at ``DRIVER_TIMEOUT_S``)."""
     left = context.time_remaining()
     return DRIVER_TIMEOUT_S if left is None else max(0.0, min(left, DRIVER_TIMEOUT_S))

@@ -173,6 +173,7 @@ class Recovery:
             except Exception as err:  # the run goes on with an empty shard
                 source = f"refill from {path} failed ({err}): it stays empty"
         counters.replay_items_refilled += refilled
+        c.inbox.shard_restarted(event.index)  # its direct Insert server, if any, serves again
         self.shard_monitor.rearm()
         logger.warning(
             "replay-%d (%s, pid %s) died; Ray restarted it (restart %d of %d); %s "

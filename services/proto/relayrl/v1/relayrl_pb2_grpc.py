@@ -217,6 +217,11 @@ class ExperienceStub:
                 request_serializer=services_dot_proto_dot_relayrl_dot_v1_dot_relayrl__pb2.GetWeightsRequest.SerializeToString,
                 response_deserializer=services_dot_proto_dot_relayrl_dot_v1_dot_relayrl__pb2.WeightsChunk.FromString,
                 _registered_method=True)
+        self.GetRoute = channel.unary_unary(
+                '/relayrl.v1.Experience/GetRoute',
+                request_serializer=services_dot_proto_dot_relayrl_dot_v1_dot_relayrl__pb2.GetRouteRequest.SerializeToString,
+                response_deserializer=services_dot_proto_dot_relayrl_dot_v1_dot_relayrl__pb2.Route.FromString,
+                _registered_method=True)
 
 
 class ExperienceServicer:
@@ -239,6 +244,13 @@ class ExperienceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetRoute(self, request, context):
+        """Where Insert streams may go straight to the replay shards (grpc.direct_writes).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ExperienceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -251,6 +263,11 @@ def add_ExperienceServicer_to_server(servicer, server):
                     servicer.GetWeights,
                     request_deserializer=services_dot_proto_dot_relayrl_dot_v1_dot_relayrl__pb2.GetWeightsRequest.FromString,
                     response_serializer=services_dot_proto_dot_relayrl_dot_v1_dot_relayrl__pb2.WeightsChunk.SerializeToString,
+            ),
+            'GetRoute': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetRoute,
+                    request_deserializer=services_dot_proto_dot_relayrl_dot_v1_dot_relayrl__pb2.GetRouteRequest.FromString,
+                    response_serializer=services_dot_proto_dot_relayrl_dot_v1_dot_relayrl__pb2.Route.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -310,6 +327,33 @@ class Experience:
             '/relayrl.v1.Experience/GetWeights',
             services_dot_proto_dot_relayrl_dot_v1_dot_relayrl__pb2.GetWeightsRequest.SerializeToString,
             services_dot_proto_dot_relayrl_dot_v1_dot_relayrl__pb2.WeightsChunk.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetRoute(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/relayrl.v1.Experience/GetRoute',
+            services_dot_proto_dot_relayrl_dot_v1_dot_relayrl__pb2.GetRouteRequest.SerializeToString,
+            services_dot_proto_dot_relayrl_dot_v1_dot_relayrl__pb2.Route.FromString,
             options,
             channel_credentials,
             insecure,
