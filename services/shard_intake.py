@@ -48,6 +48,9 @@ from services.proto.relayrl.v1 import relayrl_pb2_grpc as pb_grpc
 logger = logging.getLogger(__name__)
 
 
+WRITES_AHEAD = 4  # batches one stream may have received and not yet stored
+
+
 class IntakeGate:
     """A shard's direct writes as the driver allows them (thread-safe; see the module)."""
 
@@ -146,12 +149,22 @@ class ShardInsertServicer(pb_grpc.ExperienceServicer):
         self.max_bytes = max_bytes
 
     def Insert(self, request_iterator, context):
-        """Checks and stores each batch; answers with the receipts once all are stored."""
-        receipts: list[ExternalReceipt] = []
+        """Checks and stores each batch; answers with the receipts once all are stored.
+
+        A batch is checked on the stream's thread and copied into the table on a writer thread
+        (numpy copies run without the GIL), so the next message is received meanwhile.
+        """
         timeout = remaining_seconds(context)
+        pending: list = []
         try:
-            for request in request_iterator:
-                receipts.append(self._store(request, timeout))
+            with ThreadPoolExecutor(max_workers=1, thread_name_prefix="intake-write") as writer:
+                for request in request_iterator:
+                    checked = self._check(request)
+                    self.gate.enter(timeout)
+                    pending.append(writer.submit(self._store, request, checked))
+                    if len(pending) > WRITES_AHEAD:  # bounds the batches held in memory
+                        pending[-WRITES_AHEAD - 1].result()
+                receipts = [future.result() for future in pending]
         except BatchError as err:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(err))
         except IntakeClosed as err:
@@ -164,7 +177,7 @@ class ShardInsertServicer(pb_grpc.ExperienceServicer):
             total_frames=self.gate.total_frames,
         )
 
-    def _store(self, request, timeout: float) -> ExternalReceipt:
+    def _check(self, request) -> tuple[str, dict]:
         writer = check_writer(request.writer_id, request.seq)
         owner = shard_of(writer, request.seq, self.num_shards)
         if owner != self.shard_id:
@@ -178,7 +191,10 @@ class ShardInsertServicer(pb_grpc.ExperienceServicer):
                 "episode_lengths: one length per episode return, got "
                 f"{len(request.episode_lengths)} for {len(request.episode_returns)}"
             )
-        self.gate.enter(timeout)
+        return writer, arrays
+
+    def _store(self, request, checked: tuple[str, dict]) -> ExternalReceipt:
+        writer, arrays = checked
         receipt = None
         try:
             write = self.write(arrays, writer, request.seq)
