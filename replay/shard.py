@@ -185,8 +185,10 @@ class ReplayShard:
                 ``advertise`` (the host clients dial; this node's IP for ``0.0.0.0``),
                 ``token``, ``max_bytes``, ``max_workers`` (see ``grpc.*`` in the run config).
         """
+        from services.heap import keep_freed_memory
         from services.shard_intake import IntakeGate, ShardInsertServicer, start_server
 
+        keep_freed_memory()
         if self.intake is not None:
             return self.intake[2]
         advertise = options["advertise"] or ray.util.get_node_ip_address()

@@ -250,6 +250,31 @@ def decode_batch(
     return arrays
 
 
+def check_insert(
+    request, spec: TransitionSpec, *, max_bytes: int
+) -> tuple[str, dict[str, np.ndarray]]:
+    """Checks one ``InsertRequest`` (generated or :class:`services.wire.WireInsert`).
+
+    Returns:
+        The replay writer id and the batch's arrays (views of the message).
+
+    Raises:
+        BatchError: Naming the field or key: an unreadable message, a bad ``writer_id`` or
+            ``seq``, any of :func:`decode_batch`'s refusals, episode lists of unequal length.
+    """
+    error = getattr(request, "error", None)
+    if error is not None:
+        raise BatchError(f"message: not a valid InsertRequest: {error}")
+    writer = check_writer(request.writer_id, request.seq)
+    arrays = decode_batch(request.tensors, spec, max_bytes=max_bytes)
+    if len(request.episode_returns) != len(request.episode_lengths):
+        raise BatchError(
+            "episode_lengths: one length per episode return, got "
+            f"{len(request.episode_lengths)} for {len(request.episode_returns)}"
+        )
+    return writer, arrays
+
+
 def encode_arrays(arrays: Mapping[str, np.ndarray]) -> list[tuple[str, str, list[int], bytes]]:
     """``(key, dtype, shape, bytes)`` per array, little-endian C order (a client's half)."""
     out = []

@@ -4,7 +4,8 @@ A plain process (not a Ray worker) that runs a gymnasium vector env with the run
 it reads the run's env, n-step and network settings from ``GetStatus``, fetches weights newer
 than the ones it holds, acts epsilon-greedily with the run's current epsilon, builds the same
 n-step transitions as a collector (:class:`collector.rollout.RolloutWorker`, a pure core) and
-inserts them. It stops after ``--frames`` or when the run stops taking experience, and prints a
+inserts them (``--direct``: straight into the replay shards, for a run with
+``grpc.direct_writes``). It stops after ``--frames`` or when the run stops taking experience, and prints a
 JSON summary as its last line.
 
 Examples:
@@ -42,6 +43,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--weights-every", type=int, default=4, help="batches between fetches")
     parser.add_argument("--seed", type=int, default=1234)
     parser.add_argument("--writer-id", default=None)
+    parser.add_argument(
+        "--direct",
+        action="store_true",
+        help="insert straight into the replay shards (the run needs grpc.direct_writes)",
+    )
     return parser
 
 
@@ -91,7 +97,8 @@ def run(args: argparse.Namespace) -> dict:
                 episode_returns=batch.episode_returns,
                 episode_lengths=batch.episode_lengths,
             )
-            reply = client.insert([request])
+            send = client.insert_direct if args.direct else client.insert
+            reply = send([request])
         except grpc.RpcError as err:
             if err.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED):
                 stopped_by = f"run: {err.details()}"  # the run stopped or went away

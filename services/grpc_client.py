@@ -102,6 +102,7 @@ class RelayClient:
             ("grpc.max_receive_message_length", limit),
         ]
         self.shard_stubs: dict[str, tuple[grpc.Channel, pb_grpc.ExperienceStub]] = {}
+        self._route: pb.Route | None = None
 
     def __enter__(self) -> RelayClient:
         return self
@@ -205,46 +206,65 @@ class RelayClient:
             pb.GetRouteRequest(), metadata=self.metadata, timeout=self.timeout
         )
 
-    def insert_direct(self, batches: Iterable[Mapping[str, np.ndarray] | pb.InsertRequest]):
+    def insert_direct(
+        self,
+        batches: Iterable[Mapping[str, np.ndarray] | pb.InsertRequest],
+        *,
+        parallel: bool = False,
+    ):
         """Sends each batch straight to the replay shard that stores it; one merged reply.
 
-        One stream per shard, in parallel. Without a route (the run has no
-        ``grpc.direct_writes``), or for the batches of a shard that cannot be reached (it
-        restarted: the route changed), the driver's :meth:`insert` takes them; a retried
-        ``(writer_id, seq)`` is acknowledged, not stored twice, either way. A shard answers
-        once its batches are stored; the driver counts them at its next loop boundary.
+        The route (``Experience/GetRoute``) is fetched once and kept. The batches of each shard
+        go on one stream, one shard after the other (``parallel``: all shards' streams at once,
+        for a client with cores to spare and shards on several nodes). Without a route (the run
+        has no ``grpc.direct_writes``), or for the batches of a shard that cannot be reached
+        (it restarted: the route is fetched again next time), the driver's :meth:`insert` takes
+        them; a retried ``(writer_id, seq)`` is acknowledged, not stored twice, either way.
+
+        A shard answers once its batches are stored; ``frames_counted`` are the frames it
+        stored fresh, which the driver counts at its next loop boundary (``total_frames``: the
+        run's count as the shard last heard it).
 
         Raises:
             grpc.RpcError: As :meth:`insert`.
         """
         requests = [b if isinstance(b, pb.InsertRequest) else self.batch(b) for b in batches]
-        addresses = list(self.route().shard_addresses)
+        if self._route is None:
+            self._route = self.route()
+        addresses = list(self._route.shard_addresses)
         if not addresses:
             return self.insert(requests)
         groups: dict[int, list[pb.InsertRequest]] = collections.defaultdict(list)
         for request in requests:
             writer = WRITER_PREFIX + request.writer_id
             groups[shard_of(writer, request.seq, len(addresses))].append(request)
-        with concurrent.futures.ThreadPoolExecutor(max_workers=len(groups)) as pool:
-            calls = {
-                index: pool.submit(
-                    self._shard_stub(addresses[index]).Insert,
-                    iter(group),
-                    metadata=self.metadata,
-                    timeout=self.timeout,
-                )
-                for index, group in groups.items()
-            }
-        replies, rerouted = [], []
-        for index, call in calls.items():
+
+        def send(index: int):
+            stub = self._shard_stub(addresses[index])
             try:
-                replies.append(call.result())
+                return stub.Insert(
+                    iter(groups[index]), metadata=self.metadata, timeout=self.timeout
+                )
             except grpc.RpcError as err:
                 if err.code() != grpc.StatusCode.UNAVAILABLE:
                     raise
-                rerouted += groups[index]
+                return None
+
+        if parallel and len(groups) > 1:
+            with concurrent.futures.ThreadPoolExecutor(max_workers=len(groups)) as pool:
+                answers = list(pool.map(send, groups))
+        else:
+            answers = [send(index) for index in groups]
+        replies = [reply for reply in answers if reply is not None]
+        rerouted = [
+            request
+            for index, reply in zip(groups, answers, strict=True)
+            if reply is None
+            for request in groups[index]
+        ]
         if rerouted:
-            replies.append(self.insert(rerouted))
+            self._route = None
+            replies.append(self.insert(sorted(rerouted, key=lambda r: r.seq)))
         return pb.InsertReply(
             receipts=sorted((r for reply in replies for r in reply.receipts), key=lambda r: r.seq),
             frames_counted=sum(reply.frames_counted for reply in replies),

@@ -31,7 +31,8 @@ from grpc_reflection.v1alpha import reflection
 from services.control import Inbox
 from services.external import TransitionSpec
 from services.grpc_config import GrpcConfig
-from services.grpc_services import ControlServicer, ExperienceServicer
+from services.grpc_services import ControlServicer, ExperienceServicer, experience_handler
+from services.heap import keep_freed_memory
 from services.proto.relayrl.v1 import relayrl_pb2 as pb
 from services.proto.relayrl.v1 import relayrl_pb2_grpc as pb_grpc
 
@@ -124,6 +125,7 @@ class GrpcServer:
             ("grpc.so_reuseport", 0),
         ]
         token = config.resolved_token()
+        keep_freed_memory()  # every batch arrives in fresh megabytes (see services.heap)
         self.server = grpc.server(
             ThreadPoolExecutor(max_workers=config.max_workers, thread_name_prefix="grpc"),
             interceptors=[TokenAuth(token)] if token else [],
@@ -140,7 +142,7 @@ class GrpcServer:
             inflight_writes=config.inflight_writes,
             shared_bytes=int(config.shared_memory_mb * (1 << 20)),
         )
-        pb_grpc.add_ExperienceServicer_to_server(self.experience, self.server)
+        self.server.add_generic_rpc_handlers((experience_handler(self.experience),))
         self.health = health.HealthServicer(experimental_non_blocking=True)
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
         self._set_health(serving=False)

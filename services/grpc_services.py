@@ -20,13 +20,13 @@ from services.external import (
     BatchError,
     ExternalReceipt,
     TransitionSpec,
-    check_writer,
-    decode_batch,
+    check_insert,
     encode_state_dict,
 )
 from services.grpc_insert import InsertStream, Pending, ReplayRoute
 from services.proto.relayrl.v1 import relayrl_pb2 as pb
 from services.proto.relayrl.v1 import relayrl_pb2_grpc as pb_grpc
+from services.wire import parse_insert
 
 logger = logging.getLogger(__name__)
 
@@ -168,13 +168,7 @@ class ExperienceServicer(pb_grpc.ExperienceServicer):
                 timeout=remaining_seconds(context),
             )
             for request in request_iterator:
-                writer = check_writer(request.writer_id, request.seq)
-                arrays = decode_batch(request.tensors, self.spec, max_bytes=self.max_bytes)
-                if len(request.episode_returns) != len(request.episode_lengths):
-                    raise BatchError(
-                        "episode_lengths: one length per episode return, got "
-                        f"{len(request.episode_lengths)} for {len(request.episode_returns)}"
-                    )
+                writer, arrays = check_insert(request, self.spec, max_bytes=self.max_bytes)
                 stream.add(
                     Pending(
                         arrays,
@@ -257,3 +251,30 @@ def remaining_seconds(context) -> float:
     """Seconds left before the RPC's deadline (capped at ``DRIVER_TIMEOUT_S``)."""
     left = context.time_remaining()
     return DRIVER_TIMEOUT_S if left is None else max(0.0, min(left, DRIVER_TIMEOUT_S))
+
+
+def experience_handler(servicer, methods=("Insert", "GetWeights", "GetRoute")):
+    """``relayrl.v1.Experience``'s ``methods`` of ``servicer`` for ``grpc.Server``.
+
+    As the generated ``add_ExperienceServicer_to_server``, except that Insert messages are
+    read by :func:`services.wire.parse_insert`: tensor data stays a view into the received
+    message (no second copy), and a malformed message is answered INVALID_ARGUMENT.
+    """
+    kinds = {
+        "Insert": (grpc.stream_unary_rpc_method_handler, parse_insert, pb.InsertReply),
+        "GetWeights": (
+            grpc.unary_stream_rpc_method_handler,
+            pb.GetWeightsRequest.FromString,
+            pb.WeightsChunk,
+        ),
+        "GetRoute": (grpc.unary_unary_rpc_method_handler, pb.GetRouteRequest.FromString, pb.Route),
+    }
+    handlers = {}
+    for name in methods:
+        make, deserialize, reply = kinds[name]
+        handlers[name] = make(
+            getattr(servicer, name),
+            request_deserializer=deserialize,
+            response_serializer=reply.SerializeToString,
+        )
+    return grpc.method_handlers_generic_handler("relayrl.v1.Experience", handlers)

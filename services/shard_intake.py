@@ -37,13 +37,11 @@ from services.external import (
     BatchError,
     ExternalReceipt,
     TransitionSpec,
-    check_writer,
-    decode_batch,
+    check_insert,
     shard_of,
 )
-from services.grpc_services import receipt_message, remaining_seconds
+from services.grpc_services import experience_handler, receipt_message, remaining_seconds
 from services.proto.relayrl.v1 import relayrl_pb2 as pb
-from services.proto.relayrl.v1 import relayrl_pb2_grpc as pb_grpc
 
 logger = logging.getLogger(__name__)
 
@@ -119,7 +117,7 @@ class IntakeGate:
             self._cond.notify_all()
 
 
-class ShardInsertServicer(pb_grpc.ExperienceServicer):
+class ShardInsertServicer:
     """``Experience/Insert`` of one shard (``GetWeights`` and ``GetRoute`` are the driver's).
 
     Args:
@@ -178,18 +176,12 @@ class ShardInsertServicer(pb_grpc.ExperienceServicer):
         )
 
     def _check(self, request) -> tuple[str, dict]:
-        writer = check_writer(request.writer_id, request.seq)
+        writer, arrays = check_insert(request, self.spec, max_bytes=self.max_bytes)
         owner = shard_of(writer, request.seq, self.num_shards)
         if owner != self.shard_id:
             raise BatchError(
                 f"seq: batch {request.seq} of writer {request.writer_id!r} belongs to shard "
                 f"{owner}, not {self.shard_id} (see Experience/GetRoute)"
-            )
-        arrays = decode_batch(request.tensors, self.spec, max_bytes=self.max_bytes)
-        if len(request.episode_returns) != len(request.episode_lengths):
-            raise BatchError(
-                "episode_lengths: one length per episode return, got "
-                f"{len(request.episode_lengths)} for {len(request.episode_returns)}"
             )
         return writer, arrays
 
@@ -240,7 +232,7 @@ def start_server(
             ("grpc.so_reuseport", 0),
         ],
     )
-    pb_grpc.add_ExperienceServicer_to_server(servicer, server)
+    server.add_generic_rpc_handlers((experience_handler(servicer, methods=("Insert",)),))
     bind = f"[{host}]" if ":" in host else host
     port = server.add_insecure_port(f"{bind}:0")
     if port == 0:

@@ -40,6 +40,7 @@ from services.config import load_config
 from services.controller import Controller
 from services.external import encode_arrays, shard_of, transition_spec
 from services.grpc_config import GrpcConfig
+from services.wire import parse_insert
 
 logger = logging.getLogger("relayrl.bench.grpc")
 
@@ -115,10 +116,10 @@ def run_client(insert_address: str, raw_address: str, scenario: str) -> dict:
     route = pb_grpc.ExperienceStub(insert_channel).GetRoute(pb.GetRouteRequest(), timeout=60)
     shard_channels = [grpc.insecure_channel(a, options=options) for a in route.shard_addresses]
     shard_calls = [c.stream_unary(INSERT_METHOD) for c in shard_channels]
-    pool = ThreadPoolExecutor(max_workers=max(1, len(shard_calls)))
 
     def direct(first: int, count: int) -> int:
-        # Each batch to its shard (services.external.shard_of), one stream per shard at once.
+        # Each batch to its shard (services.external.shard_of), one shard's stream at a time,
+        # as RelayClient.insert_direct does.
         owned: list[list[int]] = [[] for _ in shard_calls]
         for seq in range(first, first + count):
             owned[shard_of("external/bench", seq, len(shard_calls))].append(seq)
@@ -131,7 +132,7 @@ def run_client(insert_address: str, raw_address: str, scenario: str) -> dict:
             reply = shard_calls[index](framed, timeout=600)
             return pb.InsertReply.FromString(reply).frames_counted
 
-        return sum(pool.map(stream, range(len(shard_calls))))
+        return sum(map(stream, range(len(shard_calls))))
 
     insert = insert_channel.stream_unary(INSERT_METHOD)
     sends = {
@@ -160,7 +161,6 @@ def run_client(insert_address: str, raw_address: str, scenario: str) -> dict:
             seconds[path].append(time.perf_counter() - started)
             sent += batches * items if path in ("direct", "insert") else 0
             seq += batches
-    pool.shutdown()
     for channel in (insert_channel, raw_channel, *shard_channels):
         channel.close()
     size = len(body) + 16
@@ -186,8 +186,6 @@ def raw_server(options: list, scenario: str) -> tuple[object, int]:
     """
     import grpc
 
-    from services.proto.relayrl.v1 import relayrl_pb2 as pb
-
     shape, dtype, _, _, capacity = SCENARIOS[scenario]
     rings = {
         k: np.ones((capacity, *v.shape[1:]), v.dtype) for k, v in arrays(shape, dtype, 1).items()
@@ -199,7 +197,7 @@ def raw_server(options: list, scenario: str) -> tuple[object, int]:
     def store(request_iterator, context):
         cursor = 0
         for message in request_iterator:
-            request = pb.InsertRequest.FromString(message)
+            request = parse_insert(message)
             n = 0
             for tensor in request.tensors:
                 ring = rings[tensor.key]
