@@ -5,8 +5,8 @@ it reads the run's env, n-step and network settings from ``GetStatus``, fetches 
 than the ones it holds, acts epsilon-greedily with the run's current epsilon, builds the same
 n-step transitions as a collector (:class:`collector.rollout.RolloutWorker`, a pure core) and
 inserts them (``--direct``: straight into the replay shards, for a run with
-``grpc.direct_writes``). It stops after ``--frames`` or when the run stops taking experience, and prints a
-JSON summary as its last line.
+``grpc.direct_writes``). It stops after ``--frames`` or when the run stops taking experience,
+and prints a JSON summary as its last line.
 
 Examples:
     python -m services.external_actor --address 127.0.0.1:50051 --token s3cret --frames 20000
