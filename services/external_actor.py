@@ -51,6 +51,29 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def send(client: RelayClient, request, *, direct: bool, retries: int = 5):
+    """Inserts one batch; retried (same ``seq``: stored once) while the run is still running.
+
+    A replay shard that died and is being restarted answers UNAVAILABLE for a moment; a run
+    that stops answers UNAVAILABLE for good (and reports it in ``GetStatus``).
+    """
+    for attempt in range(retries + 1):
+        try:
+            return client.insert_direct([request]) if direct else client.insert([request])
+        except grpc.RpcError as err:
+            if err.code() != grpc.StatusCode.UNAVAILABLE or attempt == retries:
+                raise
+            try:
+                running = client.status().state == "running"
+            except grpc.RpcError:
+                running = False
+            if not running:
+                raise
+            logger.warning("insert refused (%s); retrying", err.details())
+            time.sleep(0.2 * (attempt + 1))
+    raise AssertionError("unreachable")
+
+
 def run(args: argparse.Namespace) -> dict:
     """Acts and inserts until ``args.frames`` or the run stops; returns a summary."""
     torch.set_num_threads(1)
@@ -97,8 +120,7 @@ def run(args: argparse.Namespace) -> dict:
                 episode_returns=batch.episode_returns,
                 episode_lengths=batch.episode_lengths,
             )
-            send = client.insert_direct if args.direct else client.insert
-            reply = send([request])
+            reply = send(client, request, direct=args.direct)
         except grpc.RpcError as err:
             if err.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED):
                 stopped_by = f"run: {err.details()}"  # the run stopped or went away

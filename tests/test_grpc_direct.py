@@ -1,0 +1,273 @@
+"""Direct writes (``grpc.direct_writes``): replay shards serve Insert themselves, on a real Ray.
+
+One run for the module (no collectors, in this process, its gRPC server on loopback); the
+clients are real: the example external actor in another process and :class:`RelayClient`.
+The tests go in file order; the last one stops the run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import grpc
+import pytest
+import ray
+
+from services.config import load_config
+from services.controller import Controller
+from services.external import ExternalReceipt, shard_of
+from services.grpc_client import RelayClient
+from services.grpc_server import serve_run
+from services.proto.relayrl.v1 import relayrl_pb2 as pb
+from services.proto.relayrl.v1 import relayrl_pb2_grpc as pb_grpc
+from services.shard_intake import IntakeGate
+from tests.conftest import PYTHON, ROOT, cli_env
+from tests.grpc_probe import transitions
+
+TOKEN = "direct-token"
+
+
+def until(condition, timeout: float = 60.0, what: str = "condition"):
+    """Awaits ``condition()`` (the driver counts direct writes at its next loop boundary)."""
+    deadline = time.monotonic() + timeout
+    while not (value := condition()):
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.02)
+    return value
+
+
+def consistent_cut(path: str) -> int:
+    """A checkpoint's counters against its replay files; returns its frames."""
+    counters = json.loads((Path(path) / "manifest.json").read_text())["counters"]
+    tables = [json.loads(p.read_text()) for p in Path(path).glob("replay-*/table.json")]
+    assert len(tables) == counters["replay_shards"] == 2
+    assert sum(t["write_count"] for t in tables) == counters["transitions"]
+    assert counters["transitions"] == counters["collected_frames"] == counters["external_frames"]
+    return counters["collected_frames"]
+
+
+@pytest.fixture(scope="module")
+def run(ray_cluster, tmp_path_factory):
+    config = load_config(
+        overrides=[
+            "run.name=grpc-direct",
+            "collector.num_collectors=0",
+            "grpc.port=0",
+            f"grpc.token={TOKEN}",
+            "grpc.direct_writes=true",
+            "grpc.max_message_mb=0.25",
+            "controller.total_frames=100000000",
+            "controller.init_random_frames=500",
+            "learner.global_batch_size=32",
+            "replay.num_shards=2",
+            "replay.capacity=100000",
+            "replay.health_interval_s=0.2",
+            "metrics.enabled=false",
+            f"checkpoint.dir={tmp_path_factory.mktemp('direct')}",
+            "checkpoint.keep=10",
+        ]
+    )
+    controller = Controller(config)
+    server = serve_run(config, controller)
+    controller.setup()
+    state: dict = {"controller": controller, "server": server}
+    # As services.train does: train until stopped (the last checkpoint), then shut down.
+    trainer = threading.Thread(target=lambda: state.update(summary=controller.run()), daemon=True)
+    trainer.start()
+    client = RelayClient(server.address, token=TOKEN, writer_id="direct-test")
+    state.update(client=client, trainer=trainer)
+    try:
+        client.wait_health("SERVING", timeout=120)
+        yield state
+    finally:
+        if trainer.is_alive():
+            controller.request_stop("test module ended")
+            trainer.join(timeout=120)
+        client.close()
+        server.stop()
+
+
+def sizes(client: RelayClient) -> list[int]:
+    return [shard.size for shard in client.status().replay]
+
+
+def test_the_route_names_a_server_in_every_shard(run):
+    route = run["client"].route()
+    assert len(route.shard_addresses) == 2 and route.group == 8 and route.epoch == 0
+    assert run["server"].address not in route.shard_addresses
+    assert all(a.startswith("127.0.0.1:") for a in route.shard_addresses)
+
+
+def test_direct_inserts_are_stored_counted_and_retries_acknowledged(run):
+    client = run["client"]
+    before, frames = sizes(client), client.status().frames
+    requests = [client.batch(transitions(100, seed), seq=seed) for seed in range(12)]
+    reply = client.insert_direct(requests)  # seq 0-7 go to one shard, 8-11 to the other
+    assert reply.frames_counted == 1200
+    assert [r.seq for r in reply.receipts] == list(range(12))
+    owners = [shard_of("external/direct-test", seq, 2) for seq in range(12)]
+    assert [r.shard_id for r in reply.receipts] == owners and set(owners) == {0, 1}
+    status = until(lambda: (s := client.status()).frames == frames + 1200 and s, what="count")
+    assert status.external_frames == status.frames
+    stored = sizes(client)
+    assert [after - b for after, b in zip(stored, before, strict=True)] == [
+        100 * owners.count(0),
+        100 * owners.count(1),
+    ]
+    retry = client.insert_direct(requests)
+    assert retry.frames_counted == 0 and all(r.duplicate for r in retry.receipts)
+    assert sizes(client) == stored and client.status().frames == frames + 1200
+    run["next_seq"] = 12
+
+
+def refused(call) -> tuple[str, str]:
+    try:
+        call()
+    except grpc.RpcError as err:
+        return err.code().name, err.details()
+    return "OK", ""
+
+
+def test_a_shard_refuses_bad_input_and_keeps_serving(run):
+    client = run["client"]
+    addresses = list(client.route().shard_addresses)
+    before, frames = sizes(client), client.status().frames
+    seq = 1000  # shard_of(..., 1000) names the owner; the other shard must refuse it
+    owner = shard_of("external/direct-test", seq, 2)
+    channel = grpc.insecure_channel(addresses[1 - owner])
+    stub = pb_grpc.ExperienceStub(channel)
+    metadata = (("authorization", f"Bearer {TOKEN}"),)
+    good = client.batch(transitions(64), seq=seq)
+    nan = transitions(64)
+    nan["reward"][5] = float("nan")
+    cases = {
+        "wrong_shard": refused(lambda: stub.Insert(iter([good]), metadata=metadata, timeout=30)),
+        "no_token": refused(lambda: stub.Insert(iter([good]), timeout=30)),
+    }
+    owner_channel = grpc.insecure_channel(addresses[owner])
+    owner_stub = pb_grpc.ExperienceStub(owner_channel)
+    cases["nan_reward"] = refused(
+        lambda: owner_stub.Insert(iter([client.batch(nan, seq=seq)]), metadata=metadata, timeout=30)
+    )
+    garbage = owner_channel.stream_unary(
+        "/relayrl.v1.Experience/Insert", request_serializer=lambda b: b
+    )
+    cases["garbage"] = refused(lambda: garbage(iter([b"\x0a\x05ab"]), metadata=metadata))
+    assert cases["wrong_shard"][0] == "INVALID_ARGUMENT" and "seq:" in cases["wrong_shard"][1]
+    assert f"belongs to shard {owner}" in cases["wrong_shard"][1]
+    assert cases["no_token"][0] == "UNAUTHENTICATED"
+    assert cases["nan_reward"][0] == "INVALID_ARGUMENT" and "key 'reward'" in cases["nan_reward"][1]
+    assert cases["garbage"][0] == "INVALID_ARGUMENT" and "message:" in cases["garbage"][1]
+    assert sizes(client) == before and client.status().frames == frames
+    kept = owner_stub.Insert(iter([good]), metadata=metadata, timeout=30)  # still serving
+    assert kept.frames_counted == 64 and kept.receipts[0].shard_id == owner
+    until(lambda: client.status().frames == frames + 64, what="the good batch counted")
+    run["next_seq"] = seq + 1  # a writer's seq only grows: lower ones would be retries
+    channel.close()
+    owner_channel.close()
+
+
+def test_a_checkpoint_cut_while_an_actor_streams_directly_is_consistent(run):
+    client = run["client"]
+    actor = subprocess.Popen(
+        [PYTHON, "-m", "services.external_actor", "--address", run["server"].address,
+         "--token", TOKEN, "--frames", "10000000", "--batch-frames", "128", "--direct",
+         "--weights-every", "2"],
+        cwd=ROOT, env=cli_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        for line in actor.stderr:  # the cuts come while the actor keeps inserting
+            if "inserted" in line:
+                break
+        first = client.checkpoint()
+        second = client.checkpoint()
+        assert consistent_cut(first) < consistent_cut(second)
+        run["checkpoint"] = second
+        run["actor"] = actor
+    except BaseException:
+        actor.kill()
+        raise
+
+
+def test_a_restarted_shard_serves_direct_writes_again(run):
+    controller, client = run["controller"], run["client"]
+    old = list(client.route().shard_addresses)
+    killed = ray.get(controller.shards[1].health.remote())
+    os.kill(killed["pid"], signal.SIGKILL)
+    until(lambda: controller.counters.replay_restarts == 1, 120, "the shard's restart")
+    route = until(lambda: (r := client.route()).epoch == 1 and r, 60, "a new route")
+    assert route.shard_addresses[0] == old[0] and route.shard_addresses[1] != old[1]
+    frames = client.status().frames
+    seq = run["next_seq"]
+    requests = [client.batch(transitions(50, s), seq=s) for s in range(seq, seq + 16)]
+    client._route = pb.Route(shard_addresses=old, group=8, epoch=0)  # a client's stale route
+    reply = client.insert_direct(requests)  # the dead address: the driver takes those
+    assert reply.frames_counted == 800
+    assert {r.shard_id for r in reply.receipts} == {0, 1}
+    until(lambda: client.status().frames >= frames + 800, what="the count")
+    assert client.route().epoch == 1
+    assert run["actor"].poll() is None  # the actor kept inserting through it all
+
+
+def test_stop_leaves_a_consistent_final_checkpoint(run):
+    client, actor = run["client"], run["actor"]
+    try:
+        final = client.stop(wait=True)
+        out, err = actor.communicate(timeout=120)
+    finally:
+        actor.kill()
+    assert actor.returncode == 0, err[-3000:]
+    summary = json.loads(out.splitlines()[-1])
+    assert summary["stopped_by"].startswith("run:") and summary["frames"] > 0
+    run["trainer"].join(timeout=120)
+    assert not run["trainer"].is_alive()
+    frames = consistent_cut(final)
+    assert frames == run["controller"].counters.collected_frames == run["summary"]["frames"]
+    refused_after = refused(lambda: client.insert_direct([client.batch(transitions(8))]))
+    assert refused_after[0] == "UNAVAILABLE"
+
+
+# -- the gate, alone ------------------------------------------------------------------------
+def receipt(seq: int) -> ExternalReceipt:
+    return ExternalReceipt("w", seq, 10, (), (), None)
+
+
+def test_the_gate_holds_writes_until_the_driver_opens_it_and_drains_receipts():
+    gate = IntakeGate()
+    with pytest.raises(TimeoutError):
+        gate.enter(timeout=0.05)  # shut until the driver says open
+    entered = threading.Event()
+
+    def write():
+        gate.enter(timeout=30)
+        entered.set()
+        gate.leave(receipt(1))
+
+    writer = threading.Thread(target=write)
+    writer.start()
+    gate.set(open=True, closed=False, total_frames=5)
+    writer.join(timeout=30)
+    assert entered.is_set() and [r.seq for r in gate.drain(10)] == [1]
+    assert gate.drain() == [] and gate.total_frames == 10
+    gate.enter(timeout=1)  # in progress across a hold: the hold waits for it
+    held: list = []
+    holder = threading.Thread(target=lambda: held.extend(gate.hold(timeout=30)))
+    holder.start()
+    with pytest.raises(TimeoutError):
+        gate.enter(timeout=0.05)  # held: nothing new starts
+    gate.leave(receipt(2))
+    holder.join(timeout=30)
+    assert [r.seq for r in held] == [2]
+    gate.release()
+    gate.enter(timeout=1)
+    gate.leave(None)  # a failed write leaves no receipt
+    assert gate.drain() == []
+    gate.set(open=False, closed=True, total_frames=20)
+    with pytest.raises(Exception, match="no more experience"):
+        gate.enter(timeout=1)

@@ -1,0 +1,123 @@
+"""The zero-copy InsertRequest reader against the generated protobuf parser (no Ray, no gRPC)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from google.protobuf.message import DecodeError
+
+from services.external import BatchError, check_insert, encode_arrays, env_transition_spec
+from services.proto.relayrl.v1 import relayrl_pb2 as pb
+from services.wire import parse_insert
+from tests.grpc_probe import transitions
+
+SPEC = env_transition_spec("CartPole-v1")
+
+
+def varint(value: int) -> bytes:
+    value &= (1 << 64) - 1
+    out = bytearray()
+    while True:
+        byte, value = value & 0x7F, value >> 7
+        out.append(byte | (0x80 if value else 0))
+        if not value:
+            return bytes(out)
+
+
+def field(number: int, wire_type: int, payload: bytes) -> bytes:
+    head = varint(number << 3 | wire_type)
+    return head + (varint(len(payload)) + payload if wire_type == 2 else payload)
+
+
+def request(n: int = 16, seed: int = 0, **kwargs) -> pb.InsertRequest:
+    return pb.InsertRequest(
+        writer_id=kwargs.pop("writer_id", "wire-test"),
+        seq=kwargs.pop("seq", 3),
+        tensors=[
+            pb.Tensor(key=k, dtype=d, shape=s, data=b)
+            for k, d, s, b in encode_arrays(transitions(n, seed))
+        ],
+        **kwargs,
+    )
+
+
+def same(wire, message: pb.InsertRequest) -> None:
+    assert wire.error is None
+    assert (wire.writer_id, wire.seq) == (message.writer_id, message.seq)
+    assert wire.episode_returns == list(message.episode_returns)
+    assert wire.episode_lengths == list(message.episode_lengths)
+    assert len(wire.tensors) == len(message.tensors)
+    for ours, theirs in zip(wire.tensors, message.tensors, strict=True):
+        assert (ours.key, ours.dtype, ours.shape) == (theirs.key, theirs.dtype, list(theirs.shape))
+        assert bytes(ours.data) == theirs.data
+
+
+def test_reads_what_protobuf_writes_and_views_the_data_in_place():
+    message = request(episode_returns=[12.5, -3.0], episode_lengths=[12, 40])
+    raw = message.SerializeToString()
+    wire = parse_insert(raw)
+    same(wire, message)
+    observation = wire.tensors[0]
+    assert isinstance(observation.data, memoryview) and observation.data.obj is raw  # no copy
+    writer, arrays = check_insert(wire, SPEC, max_bytes=1 << 20)
+    assert writer == "external/wire-test"
+    np.testing.assert_array_equal(arrays["observation"], transitions(16)["observation"])
+    assert not arrays["observation"].flags.writeable
+
+
+def test_every_encoding_protobuf_accepts():
+    # Negative int64s (ten-byte varints), unpacked repeated scalars, fields out of order, a
+    # scalar given twice (the last wins), unknown fields of every wire type (skipped), and
+    # concatenated messages (repeated fields append).
+    tensor = pb.Tensor(key="reward", dtype="float32", shape=[2], data=b"\0" * 8)
+    unpacked_shape = field(1, 2, b"reward") + field(2, 2, b"float32") + field(3, 0, varint(2))
+    unknown = field(9, 0, varint(7)) + field(10, 1, b"\1" * 8) + field(11, 5, b"\2" * 4)
+    unknown += field(12, 2, b"whatever")
+    raw = b"".join(
+        [
+            field(2, 0, varint(-5)),
+            field(3, 2, unpacked_shape + field(4, 2, b"\0" * 8) + unknown),
+            field(1, 2, b"first"),
+            field(4, 1, np.float64(1.5).tobytes()),
+            field(4, 2, np.array([2.5, -1], "<f8").tobytes()),
+            field(5, 0, varint(-1)),
+            field(5, 2, varint(3) + varint(1 << 40)),
+            unknown,
+            field(1, 2, "zweite-\u00fc".encode()),
+        ]
+    )
+    raw += request(2, writer_id="", seq=0).SerializeToString()  # merges: defaults change nothing
+    message = pb.InsertRequest.FromString(raw)
+    assert message.writer_id == "zweite-\u00fc" and message.seq == -5
+    assert list(message.tensors[0].shape) == list(tensor.shape)
+    same(parse_insert(raw), message)
+
+
+@pytest.mark.parametrize(
+    ("raw", "why"),
+    [
+        (b"\x0a\x05ab", "runs past the end"),
+        (b"\x10\xff\xff", "varint"),
+        (b"\x0a\x02\xc3\x28", "writer_id: not valid UTF-8"),
+        (b"\x1b", "wire type 3"),
+        (b"\x00\x00", "field number 0"),
+        (field(4, 2, b"\0" * 7), "episode_returns"),
+    ],
+)
+def test_malformed_messages_come_back_with_an_error(raw, why):
+    wire = parse_insert(raw)
+    assert wire.error is not None and why in wire.error
+    with pytest.raises(BatchError, match=r"^message: not a valid InsertRequest"):
+        check_insert(wire, SPEC, max_bytes=1 << 20)
+
+
+def test_every_prefix_reads_as_protobuf_reads_it():
+    raw = request(4, episode_returns=[1.0], episode_lengths=[4]).SerializeToString()
+    for end in range(len(raw)):
+        wire = parse_insert(raw[:end])  # never raises
+        try:
+            message = pb.InsertRequest.FromString(raw[:end])
+        except DecodeError:
+            assert wire.error is not None, end
+        else:
+            same(wire, message)
