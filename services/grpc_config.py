@@ -78,6 +78,12 @@ class GrpcConfig:
                 "must be >= 0",
                 self.shared_memory_mb,
             ),
+            (
+                not self.direct_writes or self.port is not None,
+                "direct_writes",
+                "needs the gRPC server (set grpc.port)",
+                self.direct_writes,
+            ),
         ]
         for ok, field, rule, value in checks:
             if not ok:

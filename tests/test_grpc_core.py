@@ -153,6 +153,9 @@ def test_config_names_the_grpc_fields(monkeypatch):
     with pytest.raises(ConfigError, match=r"^grpc\.token: required when the server binds beyond"):
         load_config(overrides=["grpc.port=0", "grpc.host=0.0.0.0"])
     assert load_config(overrides=["grpc.port=0", "grpc.host=0.0.0.0", "grpc.token=t"]).grpc.token
+    with pytest.raises(ConfigError, match=r"^grpc\.direct_writes: needs the gRPC server"):
+        load_config(overrides=["grpc.direct_writes=true"])
+    assert load_config(overrides=["grpc.port=0", "grpc.direct_writes=true"]).grpc.direct_writes
     with pytest.raises(ConfigError, match=r"^grpc\.port: must be in"):
         load_config(overrides=["grpc.port=70000"])
     with pytest.raises(ConfigError, match=r"^collector\.num_collectors: 0 needs external"):
