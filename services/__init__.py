@@ -61,7 +61,11 @@ Layout:
       ``proto/relayrl/v1``: ``relayrl.proto`` and its checked-in generated modules;
       ``grpc_server``: the server (token auth, health, reflection, limits) and
       ``grpc_services``: its ``Control`` and ``Experience`` servicers; ``grpc_insert``: the
-      replay side of inserts (routing, coalesced shard calls, shared memory); ``control``: the
+      replay side of inserts (routing, coalesced shard calls, shared memory); ``wire``: the
+      zero-copy reader of Insert messages both servers use; ``heap``: glibc thresholds that
+      keep freed megabyte buffers for reuse; ``shard_intake`` and ``direct_writes``
+      (``grpc.direct_writes``): replay shards that serve Insert themselves, gated, held around
+      cuts and counted by the driver; ``control``: the
       thread-safe :class:`~services.control.Inbox` through which they reach the driver loop
       (external receipts to count, checkpoint and stop requests, status); ``external``: the
       run's transition spec, batch checks and tensor codecs; ``grpc_client``:

@@ -1,23 +1,35 @@
 """``python -m services.bench grpc``: external insert throughput over gRPC.
 
 For CartPole-sized and Atari-sized (84x84x4 uint8 observations) transitions, a client in
-another process streams batches to ``Experience/Insert`` of a real :class:`GrpcServer`
-(checks against the transition spec, coalesced writes into two real ``ReplayShard`` actors,
-counting by a real :class:`services.controller.Controller` through its inbox) and, in the same
-run, streams the very same serialized bytes to a raw gRPC method that only counts them (the
-physical limit of the transport on this machine) and to a bare store that parses each message
-and copies its tensors into preallocated rings (the least any store does: no checks, no
-routing, no counting, no second process). All paths get pre-serialized messages, so the
-differences are the servers' work. After an untimed stream per path (for Insert and the store
-it fills the rings once: a long run's replay is full), the paths take turns, ``REPEATS``
-streams each, so all see the same moments of a shared, noisy machine; each path's fastest
-counts.
+another process streams batches to a real run's two ``ReplayShard`` actors, next to a raw
+gRPC stream of the very same serialized bytes to a method that only counts them (the physical
+limit of the transport on this machine). The paths, measured in the same run:
+
+- ``insert`` (the headline): ``grpc.direct_writes``. The client fetches the route from a real
+  :class:`GrpcServer` (``Experience/GetRoute``) and streams each batch to the shard that owns
+  it, one shard's stream at a time as :meth:`RelayClient.insert_direct` does; each shard checks
+  it against the transition spec and copies it into its table; a real
+  :class:`services.controller.Controller` gates and counts every batch through its inbox.
+- ``insert_via_driver``: ``Experience/Insert`` of the driver's server, which checks each batch
+  and forwards it to the shards (coalesced Ray calls, shared memory).
+- ``store``: a bare store in this process: read each message (``services.wire``) and copy its
+  tensors into preallocated rings, with no checks, no routing, no counting and no second
+  process: the least any store does.
+
+All paths get pre-serialized messages, so the differences are the servers' work. The shards
+run at ``WORKER_NICENESS`` (0, the niceness of the reference servers in this process; Ray's
+default for its workers is 15, which ``RELAYRL_BENCH_WORKER_NICENESS=15`` measures). After an
+untimed stream per path (it fills the rings once: a long run's replay is full), the paths take
+turns, ``REPEATS`` streams each, so all see the same moments of a shared, noisy machine; each
+path's fastest counts. Every frame sent must be acknowledged and counted by the driver, or the
+bench fails.
 
 The last line of standard output is a JSON object: ``insert_small_per_s``,
 ``insert_atari_per_s``, ``insert_atari_mb_per_s``, ``raw_stream_mb_per_s`` (Atari bytes),
-their ratio ``atari_vs_raw``, the store's ``store_bound_vs_raw``, and the small-item figures.
-Anchor: Reverb 0.14 on this machine took 10,000-18,000 small items/s and 4,000-8,000
-Atari-sized items/s over gRPC.
+their ratio ``atari_vs_raw``, ``via_driver_vs_raw``, the store's ``store_bound_vs_raw``, and
+the small-item figures. Anchor: Reverb 0.14 on this machine took 10,000-18,000 small items/s
+and 4,000-8,000 Atari-sized items/s over gRPC; targets: ``insert_small_per_s`` >= 100,000,
+``atari_vs_raw`` >= 0.6.
 """
 
 from __future__ import annotations
@@ -326,6 +338,7 @@ def main(argv: list[str] | None = None) -> int:
             insert, stream, store = run["direct"], run["raw"], run["store"]
             results[f"insert_{scenario}_per_s"] = round(insert["items_per_s"], 1)
             results[f"insert_{scenario}_mb_per_s"] = round(insert["mb_per_s"], 1)
+            results[f"insert_via_driver_{scenario}_per_s"] = round(run["insert"]["items_per_s"], 1)
             results[f"insert_via_driver_{scenario}_mb_per_s"] = round(run["insert"]["mb_per_s"], 1)
             results[f"raw_stream_{scenario}_mb_per_s"] = round(stream["mb_per_s"], 1)
             results[f"store_bound_{scenario}_mb_per_s"] = round(store["mb_per_s"], 1)
@@ -339,7 +352,12 @@ def main(argv: list[str] | None = None) -> int:
     results["store_bound_vs_raw"] = round(
         results["store_bound_atari_mb_per_s"] / results["raw_stream_mb_per_s"], 3
     )
+    results["via_driver_vs_raw"] = round(
+        results["insert_via_driver_atari_mb_per_s"] / results["raw_stream_mb_per_s"], 3
+    )
     results["small_vs_reverb_max"] = round(results["insert_small_per_s"] / 18_000, 2)
+    results["worker_niceness"] = WORKER_NICENESS
+    results["load_avg_1m"] = round(os.getloadavg()[0], 2)
     print(json.dumps(results), flush=True)
     return 0
 
