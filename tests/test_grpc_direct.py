@@ -13,7 +13,6 @@ import signal
 import subprocess
 import threading
 import time
-from pathlib import Path
 
 import grpc
 import pytest
@@ -29,6 +28,7 @@ from services.proto.relayrl.v1 import relayrl_pb2_grpc as pb_grpc
 from services.shard_intake import IntakeGate
 from tests.conftest import PYTHON, ROOT, cli_env
 from tests.grpc_probe import transitions
+from tests.test_grpc_run import consistent_cut
 
 TOKEN = "direct-token"
 
@@ -40,16 +40,6 @@ def until(condition, timeout: float = 60.0, what: str = "condition"):
         assert time.monotonic() < deadline, f"timed out waiting for {what}"
         time.sleep(0.02)
     return value
-
-
-def consistent_cut(path: str) -> int:
-    """A checkpoint's counters against its replay files; returns its frames."""
-    counters = json.loads((Path(path) / "manifest.json").read_text())["counters"]
-    tables = [json.loads(p.read_text()) for p in Path(path).glob("replay-*/table.json")]
-    assert len(tables) == counters["replay_shards"] == 2
-    assert sum(t["write_count"] for t in tables) == counters["transitions"]
-    assert counters["transitions"] == counters["collected_frames"] == counters["external_frames"]
-    return counters["collected_frames"]
 
 
 @pytest.fixture(scope="module")
