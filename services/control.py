@@ -32,6 +32,8 @@ from concurrent.futures import Future
 from services.external import ExternalReceipt
 
 logger = logging.getLogger(__name__)
+# How often an idle driver polls the shards for direct writes' receipts (grpc.direct_writes).
+DIRECT_POLL_S = 0.05
 
 STATES = ("starting", "running", "stopping", "stopped")
 # While external writes stream in, the driver is woken to count them at most this often; a
@@ -246,6 +248,8 @@ class Inbox:
             return not controller.stop_requested and controller.steps_target() > (
                 controller.counters.optim_steps
             )
+        if self.direct is not None:  # shards store direct writes without waking the driver
+            timeout = min(timeout, DIRECT_POLL_S)
         self._wake.wait(timeout)
         self._wake.clear()
         return True

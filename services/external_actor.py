@@ -51,17 +51,20 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def send(client: RelayClient, request, *, direct: bool, retries: int = 5):
+def send(client: RelayClient, request, *, direct: bool, patience_s: float = 60.0):
     """Inserts one batch; retried (same ``seq``: stored once) while the run is still running.
 
-    A replay shard that died and is being restarted answers UNAVAILABLE for a moment; a run
-    that stops answers UNAVAILABLE for good (and reports it in ``GetStatus``).
+    A replay shard that died answers UNAVAILABLE until Ray has restarted it (a run waits up to
+    ``replay.restart_timeout_s``, 60 s by default, for that); a run that stops answers
+    UNAVAILABLE for good and reports it in ``GetStatus``.
     """
-    for attempt in range(retries + 1):
+    deadline = time.monotonic() + patience_s
+    delay = 0.1
+    while True:
         try:
             return client.insert_direct([request]) if direct else client.insert([request])
         except grpc.RpcError as err:
-            if err.code() != grpc.StatusCode.UNAVAILABLE or attempt == retries:
+            if err.code() != grpc.StatusCode.UNAVAILABLE or time.monotonic() > deadline:
                 raise
             try:
                 running = client.status().state == "running"
@@ -70,8 +73,8 @@ def send(client: RelayClient, request, *, direct: bool, retries: int = 5):
             if not running:
                 raise
             logger.warning("insert refused (%s); retrying", err.details())
-            time.sleep(0.2 * (attempt + 1))
-    raise AssertionError("unreachable")
+            time.sleep(delay)  # back off while the shard restarts
+            delay = min(2 * delay, 1.0)
 
 
 def run(args: argparse.Namespace) -> dict:

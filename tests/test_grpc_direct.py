@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import threading
 import time
@@ -33,7 +34,7 @@ from tests.test_grpc_run import consistent_cut
 TOKEN = "direct-token"
 
 
-def until(condition, timeout: float = 60.0, what: str = "condition"):
+def until(condition, timeout: float = 120.0, what: str = "condition"):
     """Awaits ``condition()`` (the driver counts direct writes at its next loop boundary)."""
     deadline = time.monotonic() + timeout
     while not (value := condition()):
@@ -54,6 +55,7 @@ def run(ray_cluster, tmp_path_factory):
             "grpc.max_message_mb=0.25",
             "controller.total_frames=100000000",
             "controller.init_random_frames=500",
+            "controller.utd_ratio=0.01",  # writes rarely wait on the learners (this is not pacing)
             "learner.global_batch_size=32",
             "replay.num_shards=2",
             "replay.capacity=100000",
@@ -163,31 +165,42 @@ def test_a_shard_refuses_bad_input_and_keeps_serving(run):
     owner_channel.close()
 
 
-def test_a_checkpoint_cut_while_an_actor_streams_directly_is_consistent(run):
-    client = run["client"]
-    actor = subprocess.Popen(
-        [PYTHON, "-m", "services.external_actor", "--address", run["server"].address,
-         "--token", TOKEN, "--frames", "10000000", "--batch-frames", "128", "--direct",
-         "--weights-every", "2"],
+def actor_process(address: str, frames: int) -> subprocess.Popen:
+    """The example actor, inserting straight into the shards, in another process."""
+    return subprocess.Popen(
+        [PYTHON, "-m", "services.external_actor", "--address", address, "--token", TOKEN,
+         "--frames", str(frames), "--batch-frames", "128", "--direct", "--weights-every", "2"],
         cwd=ROOT, env=cli_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
+
+
+def first_insert(actor: subprocess.Popen) -> None:
+    """Returns once the actor reports inserted frames."""
+    for line in actor.stderr:
+        if "inserted" in line:
+            return
+    pytest.fail(f"the actor ended ({actor.wait()}) before inserting")
+
+
+def test_checkpoints_cut_while_an_actor_streams_directly_are_consistent(run):
+    client = run["client"]
+    actor = actor_process(run["server"].address, 10_000_000)
     try:
-        for line in actor.stderr:  # the cuts come while the actor keeps inserting
-            if "inserted" in line:
-                break
+        first_insert(actor)  # the cuts come while the actor keeps inserting
         first = client.checkpoint()
-        second = client.checkpoint()
-        assert consistent_cut(first) < consistent_cut(second)
-        run["checkpoint"] = second
-        run["actor"] = actor
-    except BaseException:
+        frames = consistent_cut(first)
+        until(lambda: client.status().frames > frames, what="frames after the first cut")
+        assert frames < consistent_cut(client.checkpoint())
+    finally:
         actor.kill()
-        raise
+        actor.wait(timeout=60)
 
 
 def test_a_restarted_shard_serves_direct_writes_again(run):
     controller, client = run["controller"], run["client"]
     old = list(client.route().shard_addresses)
+    until(lambda: client.status().frames == controller.counters.transitions, what="the count")
+    consistent_cut(client.checkpoint())  # nothing writes now: the refill will hold everything
     killed = ray.get(controller.shards[1].health.remote())
     os.kill(killed["pid"], signal.SIGKILL)
     until(lambda: controller.counters.replay_restarts == 1, 120, "the shard's restart")
@@ -196,19 +209,28 @@ def test_a_restarted_shard_serves_direct_writes_again(run):
     frames = client.status().frames
     seq = run["next_seq"]
     requests = [client.batch(transitions(50, s), seq=s) for s in range(seq, seq + 16)]
-    client._route = pb.Route(shard_addresses=old, group=8, epoch=0)  # a client's stale route
-    reply = client.insert_direct(requests)  # the dead address: the driver takes those
+    with socket.socket() as holder:  # bound, never listening: connections are refused
+        holder.bind(("127.0.0.1", 0))
+        dead = f"127.0.0.1:{holder.getsockname()[1]}"  # (the old port may serve another now)
+        client._route = pb.Route(shard_addresses=[old[0], dead], group=8, epoch=0)  # stale
+        reply = client.insert_direct(requests)  # the unreachable shard's go through the driver
     assert reply.frames_counted == 800
     assert {r.shard_id for r in reply.receipts} == {0, 1}
     until(lambda: client.status().frames >= frames + 800, what="the count")
     assert client.route().epoch == 1
-    assert run["actor"].poll() is None  # the actor kept inserting through it all
+    actor = actor_process(run["server"].address, 1000)  # a new actor gets the new route
+    out, err = actor.communicate(timeout=180)
+    assert actor.returncode == 0, err[-3000:]
+    summary = json.loads(out.splitlines()[-1])
+    assert summary["stopped_by"] == "frames" and summary["frames"] >= 1000
 
 
 def test_stop_leaves_a_consistent_final_checkpoint(run):
-    client, actor = run["client"], run["actor"]
+    client = run["client"]
+    actor = actor_process(run["server"].address, 10_000_000)
     try:
-        final = client.stop(wait=True)
+        first_insert(actor)
+        final = client.stop(wait=True)  # while the actor inserts
         out, err = actor.communicate(timeout=120)
     finally:
         actor.kill()
