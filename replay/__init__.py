@@ -17,7 +17,7 @@ Layout:
       no pickle).
     * ``shard``: the ``ReplayShard`` Ray actor, named ``<run>.replay-<i>`` in namespace ``relayrl``.
       With ``grpc.direct_writes`` it also serves ``relayrl.v1.Experience/Insert`` on its own
-      port (``services.shard_intake``): server threads and actor methods share the table under
+      port (``replay.intake``): server threads and actor methods share the table under
       one lock.
     * ``shm``: large writes from a writer on the shard's node through a pool of shared-memory
       blocks (``ReplayShard.write_shared_many``) instead of the object store (the driver's gRPC

@@ -176,7 +176,7 @@ class ReplayShard:
             shutil.rmtree(old_dir, ignore_errors=True)  # the old mapping stays valid until freed
         return self.table.stats()
 
-    # -- direct gRPC writes (``services.shard_intake``) ----------------------------------------
+    # -- direct gRPC writes (``replay.intake``) ----------------------------------------
     def start_intake(self, options: dict) -> str:
         """Serves ``Experience/Insert`` from this process; returns the address clients use.
 
@@ -185,8 +185,8 @@ class ReplayShard:
                 ``advertise`` (the host clients dial; this node's IP for ``0.0.0.0``),
                 ``token``, ``max_bytes``, ``max_workers`` (see ``grpc.*`` in the run config).
         """
-        from services.heap import keep_freed_memory
-        from services.shard_intake import IntakeGate, ShardInsertServicer, start_server
+        from replay.intake import IntakeGate, ShardInsertServicer, start_server
+        from replay.wire.heap import keep_freed_memory
 
         keep_freed_memory()
         if self.intake is not None:
@@ -213,7 +213,7 @@ class ReplayShard:
         return address
 
     def intake_set(self, *, open: bool, closed: bool, total_frames: int) -> None:
-        """The driver's intake state (see ``services.shard_intake.IntakeGate.set``)."""
+        """The driver's intake state (see ``replay.intake.IntakeGate.set``)."""
         if self.intake is not None:
             self.intake[0].set(open=open, closed=closed, total_frames=total_frames)
 

@@ -27,7 +27,7 @@ import torch
 from collector.env import env_seeds, make_vector_env
 from collector.policy import ModelSpec
 from collector.rollout import RolloutWorker
-from services.grpc_client import RelayClient
+from services.grpc.client import RelayClient
 
 logger = logging.getLogger("relayrl.external_actor")
 

@@ -9,7 +9,7 @@ Every combination of a grid point (the product of the ``--grid KEY=V1,V2`` value
 is one run with its own run id, actors, placement group, directory and Prometheus endpoint.
 All runs are launched at once (``--max-concurrent`` to cap them) on the connected cluster
 (``RAY_ADDRESS``, e.g. inside one ``ray job submit``) or on one embedded local Ray sized for all
-of them. Each run's driver (its :class:`~services.controller.Controller`) is a thread of this
+of them. Each run's driver (its :class:`~services.driver.controller.Controller`) is a thread of this
 process: drivers only wait on receipts, so threads cost little, and the runs' directories and
 summaries are local to the sweep.
 
@@ -40,12 +40,9 @@ from pathlib import Path
 import ray
 
 from services.config import ConfigError, RunConfig, load_config
-from services.launch import Run, prepare_run
-from services.progress import progress_line
-from services.runid import new_run_id, random_token
-from services.spec import model_spec_for
-from services.storage import check_run_paths, storage_root
-from services.sweep_report import (
+from services.config.spec import model_spec_for
+from services.observe.progress import progress_line
+from services.observe.sweep_report import (
     plot_sweep,
     point_label,
     point_rows,
@@ -53,6 +50,9 @@ from services.sweep_report import (
     write_results,
     write_tables,
 )
+from services.run.launch import Run, prepare_run
+from services.run.runid import new_run_id, random_token
+from services.run.storage import check_run_paths, storage_root
 from services.train import init_ray
 
 logger = logging.getLogger("relayrl.sweep")

@@ -7,8 +7,8 @@ Examples:
 Progress lines go to standard output while the job runs; the last line of standard output is a
 JSON summary (``run_id``, ``run_dir``, ``frames``, ``optim_steps``, ``wall_s``, ``frames_per_s``,
 ``episode_return_mean``, ...), also written to ``<run dir>/summary.json``. Each run gets a unique
-id ``<run.name>-<YYYYmmdd-HHMMSS>-<token>`` (``services.runid``) naming its actors and its
-directory ``<run.storage>/<run id>`` (default ``~/relayrl_results``, ``services.storage``).
+id ``<run.name>-<YYYYmmdd-HHMMSS>-<token>`` (``services.run.runid``) naming its actors and its
+directory ``<run.storage>/<run id>`` (default ``~/relayrl_results``, ``services.run.storage``).
 Exit codes: 0 done (or stopped cleanly), 2 invalid config, 1 failure. Without ``RAY_ADDRESS``
 the job starts an embedded local Ray sized to its actors.
 """
@@ -28,15 +28,15 @@ from concurrent.futures import ThreadPoolExecutor
 import ray
 
 from collector.config import INLINE_WRITE_ENV
-from services.checkpoint import CheckpointError
+from services.checkpoints.resume import resolve_resume
+from services.checkpoints.store import CheckpointError
 from services.config import ConfigError, RunConfig, load_config
-from services.embedded import own_process_group
-from services.placement import PlacementError
-from services.progress import ProgressReporter
-from services.raytools import log_cluster
-from services.resume import resolve_resume
-from services.spec import check_local_gpus, env_spaces
-from services.storage import check_run_paths
+from services.config.spec import check_local_gpus, env_spaces
+from services.driver.placement import PlacementError
+from services.observe.progress import ProgressReporter
+from services.run.embedded import own_process_group
+from services.run.raytools import log_cluster
+from services.run.storage import check_run_paths
 
 logger = logging.getLogger("relayrl")
 
@@ -118,8 +118,8 @@ def install_signal_handlers(controller) -> None:
 
 def _load_driver(config: RunConfig, spaces):
     """Imports the driver's torch-based modules and builds the model spec."""
-    launch = importlib.import_module("services.launch")
-    return launch, importlib.import_module("services.spec").model_spec_for(config, spaces)
+    launch = importlib.import_module("services.run.launch")
+    return launch, importlib.import_module("services.config.spec").model_spec_for(config, spaces)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -19,7 +19,7 @@ def storage_root(tmp_path_factory):
     """Runs started by tests keep their data in a temporary storage root, not the home dir.
 
     Set in this process's environment, it reaches CLI subprocesses and the jobs of test head
-    nodes (``services.storage``: ``RELAYRL_STORAGE``).
+    nodes (``services.run.storage``: ``RELAYRL_STORAGE``).
     """
     root = tmp_path_factory.mktemp("relayrl_results")
     previous = os.environ.get("RELAYRL_STORAGE")

@@ -15,7 +15,7 @@ import grpc
 import numpy as np
 
 from collector.policy import ModelSpec
-from services.grpc_client import RelayClient
+from services.grpc.client import RelayClient
 
 
 def transitions(n: int, seed: int = 0) -> dict[str, np.ndarray]:

@@ -6,7 +6,7 @@ from collector.policy import ModelSpec
 from collector.squashed import SquashedGaussianSpec
 from collector.stochastic import ActorCriticSpec
 from services.config import ConfigError, load_config
-from services.spec import model_spec_for
+from services.config.spec import model_spec_for
 from tests.conftest import run_cli
 
 

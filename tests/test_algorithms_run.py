@@ -7,7 +7,7 @@ import subprocess
 import pytest
 
 from services.config import load_config
-from services.controller import Controller
+from services.driver.controller import Controller
 from tests.conftest import PYTHON, ROOT, cli_env, run_cli
 
 CONFIGS = ROOT / "deploy" / "configs"

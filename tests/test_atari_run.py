@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 
 from services.config import ConfigError, load_config
-from services.controller import Controller
-from services.metrics import MetricsExporter
-from services.spec import check_local_gpus, env_spaces
+from services.config.spec import check_local_gpus, env_spaces
+from services.driver.controller import Controller
+from services.observe.metrics import MetricsExporter
 from tests.conftest import ROOT
 
 CONFIG = ROOT / "deploy" / "configs" / "pong_dqn.yaml"
@@ -113,7 +113,7 @@ def test_external_inserts_are_refused_with_frame_deduplicated_replay():
 
 def test_ppo_on_pong_builds_a_pixel_actor_critic_and_keeps_stacks():
     from collector.cnn import PixelActorCriticSpec
-    from services.spec import model_spec_for
+    from services.config.spec import model_spec_for
 
     pong = [
         "algorithm=ppo",

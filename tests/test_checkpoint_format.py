@@ -3,7 +3,7 @@ import logging
 
 import pytest
 
-from services.checkpoint import CheckpointError, CheckpointStore, latest_valid, verify
+from services.checkpoints.store import CheckpointError, CheckpointStore, latest_valid, verify
 
 
 def save(store, frames, payload=b"x" * 100):

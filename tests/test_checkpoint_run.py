@@ -8,9 +8,9 @@ import numpy as np
 import ray
 import torch
 
-from services.checkpoint import latest_valid, sha256_file, verify
+from services.checkpoints.store import latest_valid, sha256_file, verify
 from services.config import load_config
-from services.controller import Controller
+from services.driver.controller import Controller
 from tests.conftest import PYTHON, ROOT, cli_env, run_cli
 
 SMALL = [

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from services.checkpoint import latest_valid, verify
+from services.checkpoints.store import latest_valid, verify
 from services.config import load_config
 from tests.conftest import ROOT, processes_naming
 

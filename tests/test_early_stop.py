@@ -1,8 +1,8 @@
 import math
 
 from services.config import load_config
-from services.controller import Controller
-from services.early_stop import EarlyStopping
+from services.driver.controller import Controller
+from services.observe.early_stop import EarlyStopping
 
 
 def test_max_mode_waits_patience_frames_beyond_min_delta():

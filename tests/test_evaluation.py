@@ -7,17 +7,17 @@ import pytest
 import torch
 
 from collector.env import make_vector_env
+from services.checkpoints.retention import BestCheckpointStore, checkpoint_score
 from services.config import ConfigError, load_config
-from services.early_stop import EarlyStopping
-from services.evaluation import (
+from services.config.spec import model_spec_for
+from services.evaluation.schedule import (
     EvalResult,
     EvalSchedule,
     episode_quotas,
     metric_value,
     run_episodes,
 )
-from services.retention import BestCheckpointStore, checkpoint_score
-from services.spec import model_spec_for
+from services.observe.early_stop import EarlyStopping
 
 
 def result(version, frames, mean):

@@ -10,9 +10,9 @@ import re
 import subprocess
 from pathlib import Path
 
-from services.checkpoint import latest_valid
+from services.checkpoints.retention import checkpoint_score
+from services.checkpoints.store import latest_valid
 from services.plot import evaluation_points, plot_run, read_log
-from services.retention import checkpoint_score
 from tests.conftest import PYTHON, ROOT, cli_env
 
 INTERVAL = 1000

@@ -20,10 +20,10 @@ import torch
 from tensordict import TensorDict
 
 from learner.stepper import DefaultStepper
-from services.checkpoint import latest_valid
+from services.checkpoints.store import latest_valid
 from services.config import load_config
-from services.controller import Controller
-from services.faults import ComponentFailure, CrashLoop
+from services.driver.controller import Controller
+from services.driver.faults import ComponentFailure, CrashLoop
 from tests.conftest import PYTHON, ROOT, cli_env
 
 SMALL = [

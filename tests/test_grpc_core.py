@@ -13,21 +13,21 @@ from grpc_reflection.v1alpha.proto_reflection_descriptor_database import (
 from collector.env import make_vector_env
 from collector.policy import ModelSpec
 from collector.rollout import RolloutWorker
-from services.config import ConfigError, load_config
-from services.control import Inbox
-from services.external import (
+from replay.wire import experience_pb2 as pb
+from replay.wire.batches import (
     BatchError,
     check_writer,
     decode_batch,
     decode_state_dict,
     encode_arrays,
     encode_state_dict,
-    env_transition_spec,
 )
-from services.grpc_client import RelayClient
-from services.grpc_config import GrpcConfig
-from services.grpc_server import GrpcServer, redacted_config
-from services.proto.relayrl.v1 import relayrl_pb2 as pb
+from services.config import ConfigError, load_config
+from services.config.spec import env_transition_spec
+from services.driver.inbox import Inbox
+from services.grpc.client import RelayClient
+from services.grpc.config import GrpcConfig
+from services.grpc.server import GrpcServer, redacted_config
 from tests.conftest import run_cli
 
 SPEC = env_transition_spec("CartPole-v1")

@@ -19,14 +19,14 @@ import grpc
 import pytest
 import ray
 
+from replay.intake import IntakeGate
+from replay.wire import experience_pb2 as pb
+from replay.wire import experience_pb2_grpc as pb_grpc
+from replay.wire.batches import ExternalReceipt, shard_of
 from services.config import load_config
-from services.controller import Controller
-from services.external import ExternalReceipt, shard_of
-from services.grpc_client import RelayClient
-from services.grpc_server import serve_run
-from services.proto.relayrl.v1 import relayrl_pb2 as pb
-from services.proto.relayrl.v1 import relayrl_pb2_grpc as pb_grpc
-from services.shard_intake import IntakeGate
+from services.driver.controller import Controller
+from services.grpc.client import RelayClient
+from services.grpc.server import serve_run
 from tests.conftest import PYTHON, ROOT, cli_env
 from tests.grpc_probe import transitions
 from tests.test_grpc_run import consistent_cut

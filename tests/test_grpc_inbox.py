@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 
 from replay.receipts import WriteReceipt
+from replay.wire.batches import ExternalReceipt
 from services.config import load_config
-from services.control import IntakeClosed
-from services.controller import Controller
-from services.external import ExternalReceipt
+from services.driver.controller import Controller
+from services.driver.inbox import IntakeClosed
 
 
 def controller(*overrides: str) -> Controller:

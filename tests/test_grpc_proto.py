@@ -1,28 +1,31 @@
-"""The checked-in gRPC modules are what the documented command generates from the proto."""
+"""The checked-in gRPC modules are what the documented command generates from each proto."""
 
 from __future__ import annotations
 
 import re
 import subprocess
 
+import pytest
+
 from tests.conftest import PYTHON, ROOT
 
-PROTO = "services/proto/relayrl/v1/relayrl.proto"
-GENERATED = ("relayrl_pb2.py", "relayrl_pb2_grpc.py")
+# The experience plane lives below the replay shards; the control plane is the driver's.
+PROTOS = ("replay/wire/experience.proto", "services/grpc/control.proto")
 
 
-def documented_command() -> list[str]:
+def documented_command(proto: str) -> list[str]:
     """The regeneration command as written in the proto's header comment."""
-    header = (ROOT / PROTO).read_text().split("syntax")[0]
+    header = (ROOT / proto).read_text().split("syntax")[0]
     text = " ".join(line.lstrip("/ ").rstrip("\\ ") for line in header.splitlines())
     match = re.search(r"python -m grpc_tools\.protoc (.+?\.proto)", text)
-    assert match, "the proto's header documents no regeneration command"
+    assert match, f"{proto}'s header documents no regeneration command"
     return match.group(1).split()
 
 
-def test_regeneration_produces_no_difference(tmp_path):
-    args = documented_command()
-    assert args[-1] == PROTO and "--python_out=." in args and "--grpc_python_out=." in args
+@pytest.mark.parametrize("proto", PROTOS)
+def test_regeneration_produces_no_difference(tmp_path, proto):
+    args = documented_command(proto)
+    assert args[-1] == proto and "--python_out=." in args and "--grpc_python_out=." in args
     args = [a.replace("_out=.", f"_out={tmp_path}") for a in args]
     result = subprocess.run(
         [PYTHON, "-m", "grpc_tools.protoc", *args],
@@ -32,13 +35,22 @@ def test_regeneration_produces_no_difference(tmp_path):
         timeout=120,
     )
     assert result.returncode == 0, result.stderr
-    for name in GENERATED:
-        fresh = (tmp_path / PROTO).parent / name
-        checked_in = (ROOT / PROTO).parent / name
+    stem = proto.rsplit("/", 1)[1].removesuffix(".proto")
+    for name in (f"{stem}_pb2.py", f"{stem}_pb2_grpc.py"):
+        fresh = (tmp_path / proto).parent / name
+        checked_in = (ROOT / proto).parent / name
         assert fresh.read_bytes() == checked_in.read_bytes(), f"{name} differs: regenerate it"
 
 
-def test_readme_documents_the_same_command():
-    readme = (ROOT / "README.md").read_text()
-    assert "python -m grpc_tools.protoc -I . --python_out=. --grpc_python_out=." in readme
-    assert PROTO in readme
+def test_the_grpc_docs_document_the_same_command():
+    text = (ROOT / "docs" / "grpc.md").read_text()
+    assert "python -m grpc_tools.protoc -I . --python_out=. --grpc_python_out=." in text
+    for proto in PROTOS:
+        assert proto in text
+
+
+def test_the_replay_side_loads_no_control_plane():
+    """A replay shard's wire contract knows the Experience service only."""
+    from replay.wire import experience_pb2
+
+    assert set(experience_pb2.DESCRIPTOR.services_by_name) == {"Experience"}

@@ -12,7 +12,7 @@ import grpc
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from services.grpc_client import RelayClient
+from services.grpc.client import RelayClient
 from tests.conftest import PYTHON, ROOT, cli_env
 from tests.grpc_probe import transitions
 

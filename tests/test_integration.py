@@ -10,7 +10,7 @@ from learner.config import LearnerConfig
 from learner.group import LearnerGroup
 from replay.shard import remote_shard
 from services.config import load_config
-from services.controller import Controller
+from services.driver.controller import Controller
 
 PRIORITIZED = [
     "replay.sampler=prioritized",

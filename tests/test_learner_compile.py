@@ -148,7 +148,7 @@ def test_compiled_ranks_under_ddp_match_one_eager_process(ray_cluster):
 
 
 def test_a_compiled_dqn_run_trains_and_publishes(ray_cluster, tmp_path):
-    from services.controller import Controller
+    from services.driver.controller import Controller
 
     config = load_config(
         ROOT / "deploy" / "configs" / "cartpole_dqn.yaml",

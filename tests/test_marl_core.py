@@ -15,7 +15,7 @@ from learner.core import LearnerCore
 from learner.losses.marl import MultiAgentQLoss
 from learner.losses.mixers import QMixer, VDNMixer
 from services.config import ConfigError, load_config
-from services.spec import env_spaces, model_spec_for
+from services.config.spec import env_spaces, model_spec_for
 from tests.conftest import PYTHON, ROOT, cli_env
 
 SPREAD = "mpe2.simple_spread_v3:parallel_env"

@@ -7,7 +7,7 @@ import torch
 
 from services.bench.marl import random_play
 from services.config import load_config
-from services.controller import Controller
+from services.driver.controller import Controller
 from tests.conftest import ROOT
 
 CONFIGS = ROOT / "deploy" / "configs"

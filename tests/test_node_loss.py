@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from services.checkpoint import latest_valid
+from services.checkpoints.store import latest_valid
 from tests.conftest import PYTHON, ROOT, cli_env, processes_naming
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from services.metrics import METRICS, exported_name, metrics_table
+from services.observe.metrics import METRICS, exported_name, metrics_table
 from tests.conftest import PYTHON, ROOT, cli_env
 
 HISTOGRAM_SUFFIXES = ("_bucket", "_sum", "_count", "_created")
@@ -147,7 +147,7 @@ def test_prometheus_config_targets_the_driver():
 def test_tensorboard_logger_writes_scalars_against_frames(tmp_path):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    from services.tensorboard import TensorBoardLogger
+    from services.observe.tensorboard import TensorBoardLogger
 
     logger = TensorBoardLogger(tmp_path)
     for frames, ret in ((1000, 20.0), (2000, 35.5)):

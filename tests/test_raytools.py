@@ -1,7 +1,7 @@
 """The Ray toolbox during a local run: the logged address lists the run's named actors."""
 
 from services.config import load_config
-from services.raytools import ClusterAddresses, cluster_addresses
+from services.run.raytools import ClusterAddresses, cluster_addresses
 
 
 class _Context:

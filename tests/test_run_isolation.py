@@ -7,11 +7,11 @@ import pytest
 import ray
 from ray.util import placement_group_table
 
-from services.checkpoint import latest_valid
+from services.checkpoints.store import latest_valid
 from services.config import load_config
-from services.controller import Controller
-from services.placement import PlacementError
-from services.spec import model_spec_for
+from services.config.spec import model_spec_for
+from services.driver.controller import Controller
+from services.driver.placement import PlacementError
 
 TINY = [
     "run.name=shared",  # both runs use one human name: only the run ids tell them apart

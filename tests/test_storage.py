@@ -6,8 +6,8 @@ from pathlib import Path
 import pytest
 
 from services.config import ConfigError, load_config
-from services.rundir import resolve_run_dir
-from services.storage import DEFAULT_STORAGE, STORAGE_ENV, check_run_paths, storage_root
+from services.run.rundir import resolve_run_dir
+from services.run.storage import DEFAULT_STORAGE, STORAGE_ENV, check_run_paths, storage_root
 
 
 def test_the_root_is_the_config_then_the_environment_then_the_home_default(monkeypatch):

@@ -11,7 +11,7 @@ from learner.config import LearnerConfig
 from learner.losses.dqn import DQNLoss
 from learner.losses.torchrl_loss import TorchRLLoss, torchrl_loss
 from services.config import ConfigError, load_config
-from services.spec import model_spec_for
+from services.config.spec import model_spec_for
 from tests.conftest import PYTHON, ROOT, cli_env, run_cli
 
 CONFIG = "deploy/configs/cartpole_dqn_torchrl.yaml"

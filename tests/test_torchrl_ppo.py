@@ -15,7 +15,7 @@ from learner.losses.torchrl_loss import torchrl_loss
 from learner.losses.torchrl_ppo import TorchRLPPOLoss
 from learner.options import OnPolicyOptions
 from services.config import ConfigError, load_config
-from services.controller import Controller
+from services.driver.controller import Controller
 
 CONFIG = "deploy/configs/cartpole_ppo_torchrl.yaml"
 

@@ -6,9 +6,10 @@ import numpy as np
 import pytest
 from google.protobuf.message import DecodeError
 
-from services.external import BatchError, check_insert, encode_arrays, env_transition_spec
-from services.proto.relayrl.v1 import relayrl_pb2 as pb
-from services.wire import parse_insert
+from replay.wire import experience_pb2 as pb
+from replay.wire.batches import BatchError, check_insert, encode_arrays
+from replay.wire.reader import parse_insert
+from services.config.spec import env_transition_spec
 from tests.grpc_probe import transitions
 
 SPEC = env_transition_spec("CartPole-v1")

@@ -9,10 +9,10 @@ limit of the transport on this machine). The paths, measured in the same run:
   :class:`GrpcServer` (``Experience/GetRoute``) and streams each batch to the shard that owns
   it, one shard's stream at a time as :meth:`RelayClient.insert_direct` does; each shard checks
   it against the transition spec and copies it into its table; a real
-  :class:`services.controller.Controller` gates and counts every batch through its inbox.
+  :class:`services.driver.controller.Controller` gates and counts every batch through its inbox.
 - ``insert_via_driver``: ``Experience/Insert`` of the driver's server, which checks each batch
   and forwards it to the shards (coalesced Ray calls, shared memory).
-- ``store``: a bare store in this process: read each message (``services.wire``) and copy its
+- ``store``: a bare store in this process: read each message (``replay.wire.reader``) and copy its
   tensors into preallocated rings, with no checks, no routing, no counting and no second
   process: the least any store does.
 
@@ -48,11 +48,11 @@ import gymnasium as gym
 import numpy as np
 import ray
 
+from replay.wire.batches import encode_arrays, shard_of, transition_spec
+from replay.wire.reader import parse_insert
 from services.config import load_config
-from services.controller import Controller
-from services.external import encode_arrays, shard_of, transition_spec
-from services.grpc_config import GrpcConfig
-from services.wire import parse_insert
+from services.driver.controller import Controller
+from services.grpc.config import GrpcConfig
 
 logger = logging.getLogger("relayrl.bench.grpc")
 
@@ -105,8 +105,8 @@ def run_client(insert_address: str, raw_address: str, scenario: str) -> dict:
     """
     import grpc
 
-    from services.proto.relayrl.v1 import relayrl_pb2 as pb
-    from services.proto.relayrl.v1 import relayrl_pb2_grpc as pb_grpc
+    from replay.wire import experience_pb2 as pb
+    from replay.wire import experience_pb2_grpc as pb_grpc
 
     shape, dtype, items, batches, capacity = SCENARIOS[scenario]
     body = pb.InsertRequest(
@@ -130,7 +130,7 @@ def run_client(insert_address: str, raw_address: str, scenario: str) -> dict:
     shard_calls = [c.stream_unary(INSERT_METHOD) for c in shard_channels]
 
     def direct(first: int, count: int) -> int:
-        # Each batch to its shard (services.external.shard_of), one shard's stream at a time,
+        # Each batch to its shard (replay.wire.batches.shard_of), one shard's stream at a time,
         # as RelayClient.insert_direct does.
         owned: list[list[int]] = [[] for _ in shard_calls]
         for seq in range(first, first + count):
@@ -240,7 +240,7 @@ class Served:
 
     def __init__(self, scenario: str) -> None:
         from replay.shard import remote_shard
-        from services.grpc_server import GrpcServer
+        from services.grpc.server import GrpcServer
 
         shape, dtype, _, _, capacity = SCENARIOS[scenario]
         config = load_config(

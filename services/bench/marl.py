@@ -70,7 +70,7 @@ def random_play(
 def train_once(method: str, seed: int, frames: int, storage: Path) -> dict:
     """One run of the method's config; returns its summary figures."""
     from services.config import load_config
-    from services.controller import Controller
+    from services.driver.controller import Controller
 
     config = load_config(
         ROOT / "deploy" / "configs" / f"spread_{method}.yaml",

@@ -165,7 +165,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(message)s")
 
-    from services.controller import Controller  # torch: after argument parsing
+    from services.driver.controller import Controller  # torch: after argument parsing
 
     ray.init(
         address="local",  # never attach to a (possibly stale) `ray start` cluster

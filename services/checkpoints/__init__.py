@@ -1,0 +1,1 @@
+"""Checkpoints: the on-disk store, consistent cuts and restores, resume, retention."""

@@ -1,0 +1,73 @@
+"""Which checkpoint a resumed run starts from, and whether its config may resume it (no torch)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from services.checkpoints.store import latest_valid, read_json
+from services.config import ConfigError, RunConfig
+
+# Fields a resumed run must share with its checkpoint (they shape the saved state).
+PINNED_FIELDS = (
+    "algorithm",
+    "learner.loss",
+    "learner.dueling",
+    "collector.env_id",
+    "collector.num_collectors",
+    "collector.envs_per_collector",
+    "collector.n_step",
+    "replay.num_shards",
+    "replay.sampler",
+    "learner.world_size",
+    "learner.hidden_sizes",
+)
+
+
+_MISSING = object()
+
+
+def _field(config: dict, dotted: str, default=None):
+    node = config
+    for part in dotted.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return default
+        node = node[part]
+    return node
+
+
+def check_compatible(checkpoint_config: dict, config: RunConfig) -> None:
+    """Refuses a config whose pinned fields differ from the checkpoint's.
+
+    Raises:
+        ConfigError: Naming the first differing field.
+    """
+    current = config.to_dict()
+    defaults = RunConfig().to_dict()  # what a checkpoint from before a field existed ran with
+    for dotted in PINNED_FIELDS:
+        saved = _field(checkpoint_config, dotted, _MISSING)
+        if saved is _MISSING:
+            saved = _field(defaults, dotted)
+        now = _field(current, dotted)
+        if saved != now:
+            raise ConfigError(
+                f"{dotted}: the checkpoint was written with {saved!r}, this config has {now!r}; "
+                "resume with the checkpoint's value"
+            )
+
+
+def resolve_resume(path: str | Path, config: RunConfig) -> tuple[Path, dict]:
+    """Finds the checkpoint to resume and checks it.
+
+    ``path`` is a checkpoint, a rotation directory (its newest valid checkpoint) or a run
+    directory (its ``checkpoints/`` rotation).
+
+    Raises:
+        CheckpointError: If no valid checkpoint is found.
+        ConfigError: If the config conflicts with the checkpoint.
+    """
+    path = Path(path)
+    if (path / "checkpoints").is_dir():  # a run directory: its rotation
+        path = path / "checkpoints"
+    checkpoint, manifest = latest_valid(path)
+    check_compatible(read_json(checkpoint / "config.json"), config)
+    return checkpoint, manifest

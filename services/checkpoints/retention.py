@@ -1,0 +1,89 @@
+"""Checkpoint retention by metric: keep the N best checkpoints next to the newest ones.
+
+``checkpoint.keep_best: N`` with ``checkpoint.best_metric`` (e.g.
+``evaluation/episode_return_mean``) and ``checkpoint.best_mode`` (``max`` or ``min``) keeps, on
+each rotation, the ``checkpoint.keep`` newest checkpoints and the N whose metric is best. A
+checkpoint's metric is read from its own ``driver.json``: ``evaluation/...`` from the last
+completed evaluation it carries, ``episode_return_mean`` from its episode window. A checkpoint
+without the metric (no evaluation finished yet) never counts among the best.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+from pathlib import Path
+
+from services.checkpoints.store import CheckpointStore
+from services.evaluation.schedule import metric_value
+
+
+def checkpoint_metrics(checkpoint: Path) -> dict:
+    """The metrics a checkpoint's ``driver.json`` records (empty when unreadable)."""
+    try:
+        driver = json.loads((checkpoint / "driver.json").read_text())
+    except (OSError, ValueError):
+        return {}
+    returns = driver.get("episode_returns") or []
+    return {
+        "episode_return_mean": sum(returns) / len(returns) if returns else None,
+        "evaluation": driver.get("evaluation", {}).get("last") or {},
+    }
+
+
+def checkpoint_score(checkpoint: Path, metric: str) -> float | None:
+    """The value of ``metric`` in a checkpoint (None when absent or not finite)."""
+    value = metric_value(checkpoint_metrics(checkpoint), metric)
+    return value if value is not None and math.isfinite(value) else None
+
+
+class BestCheckpointStore(CheckpointStore):
+    """A rotation that also keeps the ``keep_best`` best checkpoints by a metric.
+
+    Args:
+        root: The rotation directory.
+        keep: Newest checkpoints kept.
+        keep_best: Best checkpoints kept besides.
+        metric: The metric (``evaluation/episode_return_mean``).
+        mode: ``max`` or ``min``.
+    """
+
+    def __init__(
+        self, root: str | Path, keep: int, keep_best: int, metric: str, mode: str = "max"
+    ) -> None:
+        super().__init__(root, keep)
+        self.keep_best = keep_best
+        self.metric = metric
+        self.mode = mode
+
+    def best(self) -> list[Path]:
+        """The ``keep_best`` best checkpoints, best first (ties: the newer first)."""
+        scored = []
+        for path in self.checkpoints():
+            score = checkpoint_score(path, self.metric)
+            if score is not None:
+                scored.append((score if self.mode == "max" else -score, path.name, path))
+        scored.sort(reverse=True)
+        return [path for _, _, path in scored[: self.keep_best]]
+
+    def rotate(self) -> None:
+        """Deletes checkpoints that are neither among the newest nor among the best."""
+        kept = set(self.checkpoints()[-self.keep :]) | set(self.best())
+        for old in self.checkpoints():
+            if old not in kept:
+                shutil.rmtree(old, ignore_errors=True)
+        for staging in self.root.glob(".staging-*"):
+            shutil.rmtree(staging, ignore_errors=True)
+
+
+def make_store(root: str | Path, checkpoint_config) -> CheckpointStore:
+    """The rotation a ``CheckpointConfig`` asks for (by metric when ``keep_best > 0``).
+
+    The root is made absolute, so every checkpoint path the run logs or reports is.
+    """
+    c = checkpoint_config
+    root = Path(root).expanduser().absolute()
+    if c.keep_best > 0:
+        return BestCheckpointStore(root, c.keep, c.keep_best, c.best_metric, c.best_mode)
+    return CheckpointStore(root, c.keep)

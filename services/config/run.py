@@ -1,0 +1,423 @@
+"""The run configuration: component dataclasses composed into one, loaded from YAML + overrides.
+
+Every section is a frozen dataclass validated on construction. :func:`load_config` merges a
+YAML file with ``--set a.b=value`` overrides, converts each value to its field's type, and
+raises :class:`ConfigError` naming the first bad field (``learner.world_size: must be ...``)
+before anything starts.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import hashlib
+import json
+import types
+import typing
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+
+import yaml
+
+from collector.config import CollectorConfig
+from learner.config import LearnerConfig
+from replay.config import ReplayConfig
+from services.evaluation.schedule import EvaluationConfig
+from services.grpc.config import GrpcConfig
+from services.run.raytools import RaySection
+
+
+class ConfigError(ValueError):
+    """An invalid configuration; the message names the field and what is accepted."""
+
+
+@dataclasses.dataclass(frozen=True)
+class RunSection:
+    """Run identity and output location.
+
+    Attributes:
+        name: Run name, the human part of the run id ``<name>-<YYYYmmdd-HHMMSS>-<token>``
+            that names the run's actors (``<run id>.collector-0``), directory and metrics.
+        dir: Run directory; default ``<storage>/<run id>``.
+        storage: Root of the default run directories; None: ``$RELAYRL_STORAGE``, else
+            ``~/relayrl_results`` (``services.run.storage``). Never inside a submitted job's
+            working directory, which Ray deletes.
+    """
+
+    name: str = "relayrl"
+    dir: str | None = None
+    storage: str | None = None
+
+    def __post_init__(self) -> None:
+        if not self.name or any(c in self.name for c in "/ \t\n"):
+            raise ValueError(f"name: must be non-empty without '/' or spaces, got {self.name!r}")
+        if self.storage is not None and not self.storage:
+            raise ValueError(f"storage: must be a non-empty path, got {self.storage!r}")
+
+
+@dataclasses.dataclass(frozen=True)
+class ControllerConfig:
+    """The driver's frame-accounting loop.
+
+    Attributes:
+        total_frames: Frames to collect (counted from rollout receipts, times ``frame_skip``).
+        init_random_frames: Frames collected with uniform random actions before learning.
+        utd_ratio: Optimizer steps per collected frame (update-to-data ratio).
+        max_steps_per_round: Optimizer steps in one learner round at most.
+        max_lag_steps: Collection pauses while learners trail their UTD target by more steps.
+        log_interval_s: Seconds between progress lines.
+        episode_window: Episodes in the running mean of returns.
+        return_milestones: Returns whose first crossing by the running mean is reported in the
+            summary (frames and seconds), e.g. CartPole's 475.
+        stop_return: Stop early once the running mean reaches this return (None: never).
+        early_stop_metric: Stop when this logged metric stops improving (None: off), e.g.
+            ``episode_return_mean`` or ``learner.loss_q``; NaN or infinite values stop at once.
+        early_stop_mode: ``max`` or ``min``: which direction is an improvement.
+        early_stop_patience_frames: Frames without improvement before stopping.
+        early_stop_min_delta: Smallest change that counts as an improvement.
+    """
+
+    total_frames: int = 80_000
+    init_random_frames: int = 1_000
+    utd_ratio: float = 0.5
+    max_steps_per_round: int = 64
+    max_lag_steps: int = 256
+    log_interval_s: float = 5.0
+    episode_window: int = 20
+    return_milestones: tuple[float, ...] = (150.0, 475.0)
+    stop_return: float | None = None
+    early_stop_metric: str | None = None
+    early_stop_mode: str = "max"
+    early_stop_patience_frames: int = 50_000
+    early_stop_min_delta: float = 0.0
+
+    def __post_init__(self) -> None:
+        checks = [
+            (self.total_frames >= 1, "total_frames", "must be >= 1", self.total_frames),
+            (
+                self.init_random_frames >= 0,
+                "init_random_frames",
+                "must be >= 0",
+                self.init_random_frames,
+            ),
+            (self.utd_ratio >= 0, "utd_ratio", "must be >= 0", self.utd_ratio),
+            (
+                self.max_steps_per_round >= 1,
+                "max_steps_per_round",
+                "must be >= 1",
+                self.max_steps_per_round,
+            ),
+            (self.max_lag_steps >= 1, "max_lag_steps", "must be >= 1", self.max_lag_steps),
+            (self.log_interval_s > 0, "log_interval_s", "must be > 0", self.log_interval_s),
+            (self.episode_window >= 1, "episode_window", "must be >= 1", self.episode_window),
+            (
+                self.early_stop_mode in ("max", "min"),
+                "early_stop_mode",
+                "must be one of ('max', 'min')",
+                self.early_stop_mode,
+            ),
+            (
+                self.early_stop_patience_frames >= 0,
+                "early_stop_patience_frames",
+                "must be >= 0",
+                self.early_stop_patience_frames,
+            ),
+        ]
+        for ok, field, rule, value in checks:
+            if not ok:
+                raise ValueError(f"{field}: {rule}, got {value!r}")
+
+
+@dataclasses.dataclass(frozen=True)
+class CheckpointConfig:
+    """Checkpoints.
+
+    Periodic checkpoints are on by default, so a run always has something to restore a dead
+    learner rank or a restarted replay shard from: every quarter of the frame budget and every
+    ten minutes, whichever comes first.
+
+    Attributes:
+        dir: Rotation directory; default ``<run dir>/checkpoints``.
+        interval_frames: Frames between checkpoints (None: a quarter of
+            ``controller.total_frames``; 0: none by frames).
+        interval_s: Wall seconds between checkpoints (0: none by time).
+        keep: Newest checkpoints kept by rotation.
+        at_end: Write a checkpoint when the run reaches ``total_frames``.
+        keep_best: Also keep this many best checkpoints by ``best_metric`` (0: off;
+            ``services.checkpoints.retention``).
+        best_metric: The metric ranking checkpoints, e.g. ``evaluation/episode_return_mean``.
+        best_mode: ``max`` or ``min``: which direction is better.
+    """
+
+    dir: str | None = None
+    interval_frames: int | None = None
+    interval_s: float = 600.0
+    keep: int = 3
+    at_end: bool = True
+    keep_best: int = 0
+    best_metric: str = "evaluation/episode_return_mean"
+    best_mode: str = "max"
+
+    def __post_init__(self) -> None:
+        if self.interval_frames is not None and self.interval_frames < 0:
+            raise ValueError(f"interval_frames: must be >= 0, got {self.interval_frames!r}")
+        if self.interval_s < 0:
+            raise ValueError(f"interval_s: must be >= 0, got {self.interval_s!r}")
+        if self.keep < 1:
+            raise ValueError(f"keep: must be >= 1, got {self.keep!r}")
+        if self.keep_best < 0:
+            raise ValueError(f"keep_best: must be >= 0, got {self.keep_best!r}")
+        if self.best_mode not in ("max", "min"):
+            raise ValueError(f"best_mode: must be one of ('max', 'min'), got {self.best_mode!r}")
+        if not self.best_metric.startswith(("evaluation/", "evaluation.", "episode_return_mean")):
+            raise ValueError(
+                "best_metric: must be evaluation/<field> (e.g. evaluation/episode_return_mean) "
+                f"or episode_return_mean, got {self.best_metric!r}"
+            )
+
+    def frames_interval(self, total_frames: int) -> int:
+        """Frames between checkpoints for a run of ``total_frames`` (0: none by frames)."""
+        if self.interval_frames is None:
+            return max(total_frames // 4, 1)
+        return self.interval_frames
+
+
+@dataclasses.dataclass(frozen=True)
+class MetricsConfig:
+    """The driver's Prometheus endpoint.
+
+    Attributes:
+        enabled: Serve ``/metrics``.
+        host: Bind address (loopback unless you mean to expose it).
+        port: Port; 0 lets the OS choose (the address is logged).
+        tensorboard: Also write TensorBoard scalars to ``<run dir>/tensorboard`` (needs the
+            ``tensorboard`` extra).
+        sd_dir: Directory where the driver writes ``<run id>.json``, a Prometheus ``file_sd``
+            target for its endpoint, removed at exit (None: none), e.g. the directory that
+            ``deploy/prometheus/prometheus.yml`` watches.
+    """
+
+    enabled: bool = True
+    host: str = "127.0.0.1"
+    port: int = 0
+    tensorboard: bool = False
+    sd_dir: str | None = None
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.port < 65536:
+            raise ValueError(f"port: must be in [0, 65535], got {self.port!r}")
+
+
+@dataclasses.dataclass(frozen=True)
+class RunConfig:
+    """Everything a run needs, one section per component.
+
+    Attributes:
+        algorithm: ``dqn``, ``ppo``, ``a2c``, ``reinforce``, ``sac``, ``iql``, ``vdn`` or
+            ``qmix``: picks the loop, the
+            loss and the collector policy (``services.config.recipes``); with :func:`load_config`
+            its recipe fills every field the config leaves unset.
+        seed: Run seed; every actor's seeds derive from it.
+    """
+
+    algorithm: str = "dqn"
+    seed: int = 0
+    run: RunSection = dataclasses.field(default_factory=RunSection)
+    collector: CollectorConfig = dataclasses.field(default_factory=CollectorConfig)
+    replay: ReplayConfig = dataclasses.field(default_factory=ReplayConfig)
+    learner: LearnerConfig = dataclasses.field(default_factory=LearnerConfig)
+    controller: ControllerConfig = dataclasses.field(default_factory=ControllerConfig)
+    checkpoint: CheckpointConfig = dataclasses.field(default_factory=CheckpointConfig)
+    metrics: MetricsConfig = dataclasses.field(default_factory=MetricsConfig)
+    grpc: GrpcConfig = dataclasses.field(default_factory=GrpcConfig)
+    ray: RaySection = dataclasses.field(default_factory=RaySection)
+    evaluation: EvaluationConfig = dataclasses.field(default_factory=EvaluationConfig)
+
+    def __post_init__(self) -> None:
+        if self.collector.num_collectors == 0 and not self.grpc.enabled:
+            raise ValueError(
+                "collector.num_collectors: 0 needs external actors, so grpc.port must be set, "
+                "got 0 with grpc.port=null"
+            )
+        if self.replay.sampler == "prioritized" and not self.learner.update_priorities:
+            raise ValueError(
+                "learner.update_priorities: must be true with replay.sampler=prioritized, got False"
+            )
+        if self.collector.gamma != self.learner.gamma:
+            raise ValueError(
+                f"collector.gamma: must equal learner.gamma={self.learner.gamma} (n-step returns "
+                f"are discounted collector-side), got {self.collector.gamma}"
+            )
+        if self.learner.loss.startswith("torchrl:") and self.collector.n_step != 1:
+            raise ValueError(
+                f"collector.n_step: must be 1 with learner.loss={self.learner.loss} (TorchRL's "
+                f"estimators discount one step with one gamma), got {self.collector.n_step}"
+            )
+        uses_evaluation = self.checkpoint.keep_best and self.checkpoint.best_metric.startswith(
+            "evaluation"
+        )
+        if uses_evaluation and not self.evaluation.enabled:
+            raise ValueError(
+                f"checkpoint.best_metric: {self.checkpoint.best_metric} needs evaluation, so "
+                "evaluation.interval_frames must be > 0, got 0"
+            )
+        from services.config.recipes import ALGORITHMS, check  # imports torch: load on use
+
+        if self.algorithm not in ALGORITHMS:
+            raise ValueError(
+                f"algorithm: must be one of {tuple(ALGORITHMS)}, got {self.algorithm!r}"
+            )
+        check(self)
+
+    def to_dict(self) -> dict:
+        """Plain nested dict (YAML/JSON serializable)."""
+        return _plain(dataclasses.asdict(self))
+
+    def digest(self) -> str:
+        """SHA-256 of the canonical JSON form."""
+        text = json.dumps(self.to_dict(), sort_keys=True)
+        return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _plain(value):
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    return value
+
+
+def _convert(path: str, value, hint):
+    """Converts ``value`` to the annotated type ``hint`` or raises ConfigError."""
+    origin = typing.get_origin(hint)
+    if origin in (typing.Union, types.UnionType):
+        options = typing.get_args(hint)
+        if value is None and type(None) in options:
+            return None
+        errors = []
+        for option in options:
+            if option is type(None):
+                continue
+            try:
+                return _convert(path, value, option)
+            except ConfigError as err:
+                errors.append(str(err))
+        raise ConfigError(errors[0])
+    if hint in (int, float) and isinstance(value, str):
+        with contextlib.suppress(ValueError):  # YAML 1.1 reads "3e4" as a string
+            value = float(value.replace("_", ""))
+    if hint is bool:
+        if isinstance(value, bool):
+            return value
+        raise ConfigError(f"{path}: must be true or false, got {value!r}")
+    if hint is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        if isinstance(value, float) and value.is_integer():
+            return int(value)
+        raise ConfigError(f"{path}: must be an integer, got {value!r}")
+    if hint is float:
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            return float(value)
+        raise ConfigError(f"{path}: must be a number, got {value!r}")
+    if hint is str:
+        if isinstance(value, str):
+            return value
+        raise ConfigError(f"{path}: must be a string, got {value!r}")
+    if origin is tuple:
+        if not isinstance(value, list | tuple):
+            raise ConfigError(f"{path}: must be a list, got {value!r}")
+        (item,) = typing.get_args(hint)[:1]
+        return tuple(_convert(f"{path}[{i}]", v, item) for i, v in enumerate(value))
+    if hint is dict or origin is dict:
+        if not isinstance(value, Mapping):
+            raise ConfigError(f"{path}: must be a mapping, got {value!r}")
+        return dict(value)
+    if dataclasses.is_dataclass(hint):
+        return _build(path, hint, value)
+    raise ConfigError(f"{path}: unsupported field type {hint!r}")
+
+
+def _build(prefix: str, cls, data):
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"{prefix or 'config'}: must be a mapping, got {data!r}")
+    hints = typing.get_type_hints(cls)
+    fields = {f.name for f in dataclasses.fields(cls)}
+    for key in data:
+        if key not in fields:
+            where = f"{prefix}.{key}" if prefix else key
+            raise ConfigError(f"{where}: unknown key; accepted: {', '.join(sorted(fields))}")
+    kwargs = {}
+    for key, value in data.items():
+        where = f"{prefix}.{key}" if prefix else key
+        kwargs[key] = _convert(where, value, hints[key])
+    try:
+        return cls(**kwargs)
+    except ValueError as err:
+        if isinstance(err, ConfigError):
+            raise
+        message = str(err)
+        raise ConfigError(f"{prefix}.{message}" if prefix else message) from None
+
+
+def parse_override(text: str) -> tuple[list[str], object]:
+    """Parses ``a.b=value``: the value is read as YAML (``2``, ``0.5``, ``[64, 64]``, ``true``).
+
+    Raises:
+        ConfigError: If ``text`` has no ``=``.
+    """
+    key, sep, raw = text.partition("=")
+    if not sep or not key.strip():
+        raise ConfigError(f"--set {text!r}: expected KEY=VALUE, e.g. learner.world_size=2")
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else ""
+    except yaml.YAMLError:
+        value = raw
+    return key.strip().split("."), value
+
+
+def load_config(path: str | Path | None = None, overrides: Iterable[str] = ()) -> RunConfig:
+    """Builds a validated RunConfig from a YAML file and ``KEY=VALUE`` overrides.
+
+    The algorithm's recipe (``services.config.recipes``) fills the fields that neither the file
+    nor the overrides set.
+
+    Args:
+        path: Optional YAML file with the same nesting as :class:`RunConfig`.
+        overrides: Dotted assignments applied after the file, e.g. ``"learner.world_size=2"``.
+
+    Returns:
+        The validated configuration.
+
+    Raises:
+        ConfigError: Naming the first unknown key or invalid value.
+
+    Examples:
+        >>> load_config(overrides=["learner.world_size=2"]).learner.world_size
+        2
+    """
+    data: dict = {}
+    if path is not None:
+        try:
+            loaded = yaml.safe_load(Path(path).read_text())
+        except (OSError, yaml.YAMLError) as err:
+            raise ConfigError(f"config file {path}: {err}") from None
+        if loaded is not None and not isinstance(loaded, dict):
+            raise ConfigError(f"config file {path}: must hold a mapping at the top level")
+        data = loaded or {}
+    for text in overrides:
+        keys, value = parse_override(text)
+        node = data
+        for depth, key in enumerate(keys[:-1]):
+            child = node.setdefault(key, {})
+            if not isinstance(child, dict):
+                raise ConfigError(f"{'.'.join(keys[: depth + 1])}: is not a section")
+            node = child
+        node[keys[-1]] = value
+    from services.config.recipes import AlgorithmConfigError, with_defaults
+
+    try:
+        data = with_defaults(data)
+    except AlgorithmConfigError as err:
+        raise ConfigError(str(err)) from None
+    return _build("", RunConfig, data)

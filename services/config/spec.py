@@ -1,0 +1,104 @@
+"""The network spec a run's env and algorithm call for."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+
+import gymnasium as gym
+
+from collector.env import is_factory_path, resolve_factory
+from replay.wire.batches import TransitionSpec, transition_spec
+from services.config import multiagent
+from services.config.recipes import AlgorithmConfigError, algorithm_for, check_spaces, spec_for
+from services.config.run import ConfigError, RunConfig
+
+Spaces = tuple[gym.Space, gym.Space]
+
+
+def env_spaces(config: RunConfig) -> Spaces:
+    """The env's observation and action spaces, checked against the algorithm (no torch).
+
+    Raises:
+        ConfigError: If the env id is unknown or its spaces do not suit the algorithm.
+    """
+    env_id = config.collector.env_id
+    if algorithm_for(config).multi_agent:  # the PettingZoo wrapper's Dict and MultiDiscrete
+        try:
+            return multiagent.env_spaces(config)
+        except multiagent.MultiAgentConfigError as err:
+            raise ConfigError(str(err)) from None
+    try:
+        if is_factory_path(env_id):  # module:function, as the collectors build it
+            env = resolve_factory(env_id)(**config.collector.env_kwargs)
+        else:
+            env = gym.make(env_id, **config.collector.env_kwargs)
+    except (gym.error.Error, ValueError, TypeError) as err:
+        raise ConfigError(f"collector.env_id: cannot make {env_id!r}: {err}") from None
+    except ImportError as err:  # an env needing an optional extra says which (collector.atari)
+        raise ConfigError(f"collector.env_id: {env_id!r}: {err}") from None
+    try:
+        spaces = env.observation_space, env.action_space
+    finally:
+        env.close()
+    try:
+        check_spaces(config, *spaces)
+    except AlgorithmConfigError as err:
+        raise ConfigError(str(err)) from None
+    return spaces
+
+
+def check_local_gpus(config: RunConfig, *, cuda_available: bool | None = None) -> None:
+    """Refuses GPU learners on an embedded local Ray when this host has no CUDA device.
+
+    With ``RAY_ADDRESS`` set, the cluster's GPU nodes are Ray's to find (placement waits for
+    them and reports what is missing), so nothing is checked here.
+
+    Args:
+        config: The run's config.
+        cuda_available: Whether CUDA is usable here (default: ask torch).
+
+    Raises:
+        ConfigError: Naming ``learner.resources_per_rank``.
+    """
+    if not config.learner.uses_gpu or os.environ.get("RAY_ADDRESS"):
+        return
+    if cuda_available is None:
+        import torch
+
+        cuda_available = torch.cuda.is_available()
+    if not cuda_available:
+        raise ConfigError(
+            f"learner.resources_per_rank: asks for a GPU per rank "
+            f"({config.learner.resources_per_rank}) but this host has no CUDA device and no "
+            "RAY_ADDRESS names a cluster with GPU nodes; drop the GPU entry to learn on CPUs"
+        )
+
+
+def model_spec_for(config: RunConfig, spaces: Spaces | None = None):
+    """The algorithm's model spec for the env (spaces read with :func:`env_spaces` if omitted).
+
+    Returns:
+        A ``ModelSpec`` (DQN), ``ActorCriticSpec`` (PPO, A2C, REINFORCE) or
+        ``SquashedGaussianSpec`` (SAC).
+
+    Raises:
+        ConfigError: If the env id is unknown or its spaces do not suit the algorithm.
+    """
+    obs_space, action_space = spaces or env_spaces(config)
+    try:
+        return spec_for(config, obs_space, action_space)
+    except AlgorithmConfigError as err:
+        raise ConfigError(str(err)) from None
+
+
+def env_transition_spec(env_id: str, env_kwargs: Mapping | None = None) -> TransitionSpec:
+    """Makes the env once (a gymnasium id or ``module:function``) and reads its spec."""
+    if is_factory_path(env_id):
+        env = resolve_factory(env_id)(**dict(env_kwargs or {}))
+    else:
+        env = gym.make(env_id, **dict(env_kwargs or {}))
+    try:
+        return transition_spec(env.observation_space, env.action_space)
+    finally:
+        env.close()

@@ -1,0 +1,1 @@
+"""The driver: the controller, its loops, the gRPC inbox, fault recovery and placement."""

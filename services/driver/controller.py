@@ -1,0 +1,454 @@
+"""The thin driver controller: the run's shared runtime; a loop decides what to issue.
+
+The driver holds counters and references, never batches: collectors write straight into their
+replay shards, learners sample straight from them, and weights travel as object-store
+references. The :class:`Controller` owns what every algorithm shares: setup and ordered
+restore, rollout and step receipts (frames counted once, from rollout receipts, times
+``frame_skip``), weight hand-off by ``(generation, version)``, learner recovery, stop requests,
+consistent checkpoints, hooks and progress. The per-algorithm schedule is a loop from
+``services.driver.loops`` picked by the algorithm's recipe (``services.config.recipes``): the
+asynchronous off-policy loop (DQN, SAC) or the lockstep on-policy loop (PPO, A2C, REINFORCE).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import ray
+
+from collector.env import EnvError
+from collector.group import CollectorGroup
+from collector.receipts import RolloutReceipt
+from learner.group import LearnerGroup, PendingRound
+from learner.receipts import ProtocolError, PublishedWeights, StepReceipt
+from replay.client import ReplayClient, ShardUnavailableError
+from replay.shard import remote_shards
+from services.checkpoints.cut import (
+    recover_learners,
+    restore_learners,
+    restore_services,
+    save_cut,
+)
+from services.checkpoints.retention import make_store
+from services.checkpoints.store import latest_valid, read_json
+from services.config import RunConfig
+from services.config.recipes import algorithm_for
+from services.config.spec import model_spec_for
+from services.driver.inbox import Inbox  # gRPC
+from services.driver.loops import LOOPS
+from services.driver.placement import release_services, reserve_services
+from services.driver.recovery import Recovery
+from services.driver.stats import EpisodeWindow, RateMeter, RunCounters
+from services.observe import report
+from services.observe.early_stop import EarlyStopping
+from services.run.runid import new_run_id
+
+logger = logging.getLogger(__name__)
+
+Hook = Callable[..., None]
+EVENTS = (
+    "setup",
+    "rollout",
+    "external",
+    "round",
+    "progress",
+    "checkpoint",
+    "train_end",
+    "shutdown",
+)
+
+
+class Controller:
+    """Runs one training job on the connected Ray cluster.
+
+    Args:
+        config: The validated run configuration.
+
+    Keyword Args:
+        model_spec: The policy's network spec; built from the env and the algorithm when
+            omitted.
+        checkpoint_root: Rotation directory when ``checkpoint.dir`` is not set (None and no
+            ``checkpoint.dir``: checkpoints off).
+        resume_from: A checkpoint or rotation directory to restore in :meth:`setup`.
+        run_id: Unique id naming the run's actors (default: ``services.run.runid.new_run_id``).
+
+    Examples:
+        >>> config = load_config(overrides=["controller.total_frames=5000"])
+        >>> controller = Controller(config)  # doctest: +SKIP
+        >>> summary = controller.run()  # sets up, trains, shuts down  # doctest: +SKIP
+    """
+
+    def __init__(
+        self,
+        config: RunConfig,
+        *,
+        model_spec=None,
+        checkpoint_root: str | Path | None = None,
+        resume_from: str | Path | None = None,
+        run_id: str | None = None,
+    ) -> None:
+        self.config = config
+        self.run_id = run_id or new_run_id(config.run.name)
+        self.lineage: list[str] = []  # ids of the runs a resumed run continues (checkpoints)
+        self.placement = None  # services.driver.placement.ServicePlacement, reserved in setup()
+        root = config.checkpoint.dir or checkpoint_root
+        self.checkpoints = make_store(root, config.checkpoint) if root else None
+        self.resume_from = Path(resume_from) if resume_from else None
+        self.last_checkpoint: Path | None = None
+        self.checkpoint_interval_frames = config.checkpoint.frames_interval(
+            config.controller.total_frames
+        )
+        self.next_checkpoint_frames = self.checkpoint_interval_frames or None
+        self.model_spec = model_spec or model_spec_for(config)
+        self.algorithm = algorithm_for(config)
+        self.loop = LOOPS[self.algorithm.loop](self)
+        self.counters = RunCounters()
+        self.episodes = EpisodeWindow(config.controller.episode_window)
+        self.hooks: dict[str, list[Hook]] = {event: [] for event in EVENTS}
+        self.shards: list = []
+        self.replay: ReplayClient | None = None
+        self.collectors: CollectorGroup | None = None
+        self.learners: LearnerGroup | None = None
+        self.weights: PublishedWeights | None = None
+        self.inflight: dict[ray.ObjectRef, int] = {}
+        self.pending_round: PendingRound | None = None
+        self.stop_requested = False
+        self.milestones: dict[float, dict] = {}
+        self.early_stopping = EarlyStopping.from_config(config.controller)
+        self.stop_reason: str | None = None
+        self.last_learner_metrics: dict[str, float] = {}
+        self.started_at = time.perf_counter()
+        self.wall_s = 0.0
+        self.rates = RateMeter()
+        self.next_progress = 0.0
+        self.first_rollout_at: float | None = None  # Unix time of the first counted receipt
+        self.inbox = Inbox()  # gRPC: requests from server threads, served at loop boundaries
+        self.recovery = Recovery(self)  # faults: shard health, crash loops, stuck rollouts
+        self.next_checkpoint_time = (
+            time.monotonic() + config.checkpoint.interval_s
+            if config.checkpoint.interval_s
+            else None
+        )
+        self.evaluation = None  # services.evaluation.evaluator.EvaluationRunner, attached by launch
+
+    # -- hooks -------------------------------------------------------------------------------
+    def register(self, event: str, hook: Hook) -> None:
+        """Calls ``hook(controller, *args)`` at a loop boundary.
+
+        Events: ``setup``; ``rollout`` (receipt); ``external`` (an external actor's
+        ``ExternalReceipt``, gRPC); ``round`` (step receipt); ``progress``
+        (snapshot dict); ``checkpoint`` (path, seconds); ``train_end`` (the loop is done,
+        before the final checkpoint); ``shutdown``.
+        """
+        if event not in self.hooks:
+            raise ValueError(f"unknown event {event!r}; events: {EVENTS}")
+        self.hooks[event].append(hook)
+
+    def emit(self, event: str, *args) -> None:
+        """Calls the hooks registered for ``event``."""
+        for hook in self.hooks[event]:
+            hook(self, *args)
+
+    # -- lifecycle ---------------------------------------------------------------------------
+    def setup(self) -> None:
+        """Starts replay shards, collectors and the learner group; publishes version 0.
+
+        Every actor starts at once (the learner group's placement and rendezvous run in a
+        helper thread while the collectors build their envs); on resume the services' state is
+        restored before the learners' (replay, collectors, driver counters, then learners as a
+        new generation).
+        """
+        cfg = self.config
+        name = self.run_id
+        checkpoint = None
+        if self.resume_from is not None:
+            checkpoint, _ = latest_valid(self.resume_from)
+            saved = read_json(checkpoint / "driver.json")["counters"]["generation"]
+            self.counters.generation = saved + 1
+        self.placement = placement = reserve_services(cfg, name)
+        self.shards = remote_shards(name, cfg.replay, seed=cfg.seed, scheduling=placement.shards)
+        self.replay = ReplayClient(self.shards, seed=cfg.seed)
+        self.recovery.watch_shards(self.shards)
+        self.collectors = CollectorGroup(
+            name,
+            cfg.collector.num_collectors,
+            cfg.collector.env_id,
+            cfg.collector.envs_per_collector,
+            self.model_spec,
+            [f"{name}.replay-{i}" for i in range(cfg.replay.num_shards)],
+            cfg.seed,
+            num_cpus=cfg.collector.num_cpus,
+            max_restarts=cfg.collector.max_restarts,
+            vector_mode=cfg.collector.vector_mode,
+            env_kwargs=cfg.collector.env_kwargs,
+            n_step=cfg.collector.n_step,
+            gamma=cfg.collector.gamma,
+            transform=self.algorithm.collector_transform(cfg),
+            frame_stack=cfg.replay.frame_stack,
+            scheduling=placement.collectors,
+        )
+        with ThreadPoolExecutor(1, thread_name_prefix="learner-setup") as pool:
+            learners = pool.submit(self.start_learners, self.counters.generation)
+            try:
+                self.collectors.wait_ready()
+                if checkpoint is not None:
+                    restore_services(self, checkpoint)  # replay, collectors, driver counters
+                    self.counters.generation += 1
+            finally:
+                self.learners = learners.result()
+        if checkpoint is not None:
+            restore_learners(self, checkpoint)
+            self.last_checkpoint = checkpoint
+            logger.info(
+                "resumed from %s at %d frames, version %d (generation %d)",
+                checkpoint,
+                self.counters.collected_frames,
+                self.counters.model_version,
+                self.counters.generation,
+            )
+        self.accept_weights(self.learners.publish(), force=True)
+        self.collectors.sync_weights(self.weights)
+        self.started_at = time.perf_counter()
+        self.rates = RateMeter()
+        self.next_progress = self.started_at + cfg.controller.log_interval_s
+        self.emit("setup")
+
+    def start_learners(self, generation: int | None = None) -> LearnerGroup:
+        """Starts a learner group of ``generation`` (default: the current one)."""
+        cfg = self.config
+        return LearnerGroup(
+            self.run_id,
+            cfg.learner,
+            self.model_spec,
+            self.shards,
+            cfg.seed,
+            generation=self.counters.generation if generation is None else generation,
+        )
+
+    def checkpoint(self) -> Path | None:
+        """Cuts a consistent checkpoint now (None when checkpoints are off)."""
+        if self.checkpoints is None:
+            return None
+        self.recovery.before_cut()  # no cut captures a restarted shard before its refill
+        try:
+            with self.inbox.barrier(self):  # gRPC: external writes held and counted for the cut
+                return save_cut(self, self.checkpoints)
+        except ShardUnavailableError as err:  # the cut would miss a shard: the run goes on
+            logger.warning("checkpoint skipped: %s", err)
+            return None
+        finally:
+            self.recovery.after_cut()
+
+    def shutdown(self) -> None:
+        """Stops every actor this controller started (idempotent)."""
+        self.emit("shutdown")
+        if self.learners is not None:
+            self.learners.shutdown()
+            self.learners = None
+        if self.collectors is not None:
+            self.collectors.shutdown()
+            self.collectors = None
+        for shard in self.shards:
+            ray.kill(shard, no_restart=True)
+        self.shards = []
+        release_services(self.placement)
+
+    def request_stop(self, reason: str = "stop requested") -> None:
+        """Asks the loop to stop at the next boundary (signal-safe)."""
+        if not self.stop_requested:
+            self.stop_reason = reason
+        self.stop_requested = True
+
+    def _check_early_stop(self, snapshot: dict) -> None:
+        if self.early_stopping is None or self.stop_requested:
+            return
+        value = self.early_stopping.value_in(snapshot)
+        reason = self.early_stopping.update(self.counters.collected_frames, value)
+        if reason is not None:
+            logger.warning("early stop: %s", reason)
+            self.request_stop(f"early stop: {reason}")
+
+    def run(self) -> dict:
+        """Sets up (if needed), trains until done or stopped, shuts down; returns the summary."""
+        try:
+            if self.learners is None:
+                self.setup()
+            self.train()
+            return self.summary()
+        finally:
+            self.shutdown()
+
+    # -- shared by the loops ----------------------------------------------------------------
+    def exploration(self) -> dict[str, Any]:
+        """Exploration parameters for the next rollout (the algorithm's schedule)."""
+        return self.algorithm.exploration(self.config, self.counters.collected_frames)
+
+    def epsilon(self) -> float:
+        """The epsilon external epsilon-greedy actors act with (gRPC status)."""
+        return float(self.exploration().get("epsilon", 0.0))
+
+    def steps_target(self) -> int:
+        """Optimizer steps owed by UTD pacing (0 for loops that do not pace by frames)."""
+        target = getattr(self.loop, "steps_target", None)
+        return target() if target is not None else 0
+
+    def _on_rollout(self, ref: ray.ObjectRef) -> None:
+        index = self.inflight.pop(ref)
+        self.recovery.rollout_done(ref)
+        try:
+            receipt: RolloutReceipt = ray.get(ref)
+        except ray.exceptions.RayActorError as err:
+            self.recovery.on_collector_death(index, ref, err)
+            return
+        except ray.exceptions.RayTaskError as err:
+            if not isinstance(err.cause, EnvError):
+                raise
+            self.recovery.on_env_error(index, err.cause)
+            return
+        if self.first_rollout_at is None:
+            self.first_rollout_at = time.time()
+        c = self.counters
+        c.collected_frames += receipt.frames * self.config.collector.frame_skip
+        c.transitions += receipt.frames
+        c.rollouts += 1
+        c.episodes += len(receipt.episode_returns)
+        self.episodes.extend(receipt.episode_returns, receipt.episode_lengths)
+        self.recovery.note_writes(receipt.writes)
+        report.update_milestones(self)
+        self.emit("rollout", receipt)
+
+    def check_health(self) -> None:
+        """Handles restarted or stuck replay shards and stuck rollouts (at loop boundaries)."""
+        self.recovery.check()
+
+    def _on_round(self) -> None:
+        try:
+            receipt: StepReceipt = self.learners.finish_round(self.pending_round)
+        except ProtocolError as err:
+            # A dead or unreachable rank fails the generation: restore it; a protocol breach
+            # between live ranks is a bug and stays fatal.
+            if not isinstance(err.__cause__, ray.exceptions.RayError | TimeoutError):
+                raise
+            recover_learners(self, err)
+            return
+        self.pending_round = None
+        c = self.counters
+        c.optim_steps += receipt.optim_steps
+        c.nonfinite_steps += round(
+            receipt.metrics.get("nonfinite_skipped", 0.0) * receipt.optim_steps
+        )
+        c.model_version = receipt.model_version
+        c.rounds += 1
+        if receipt.published is not None:
+            self.accept_weights(receipt.published)
+        self.last_learner_metrics = receipt.metrics
+        self._check_early_stop({"learner": receipt.metrics})
+        self.emit("round", receipt)
+
+    def clear_replay(self) -> int:
+        """Empties every replay shard (on-policy iteration boundary); returns items dropped."""
+        self.recovery.cleared()
+        return self.replay.clear()
+
+    def count_external(self, receipt) -> None:
+        """Counts an external actor's stored batch (gRPC) exactly like a rollout's frames."""
+        c = self.counters
+        c.collected_frames += receipt.frames * self.config.collector.frame_skip
+        c.transitions += receipt.frames
+        c.external_frames += receipt.frames * self.config.collector.frame_skip
+        c.episodes += len(receipt.episode_returns)
+        self.episodes.extend(receipt.episode_returns, receipt.episode_lengths)
+        report.update_milestones(self)
+        self.emit("external", receipt)
+
+    def accept_weights(self, weights: PublishedWeights, *, force: bool = False) -> None:
+        """Keeps ``weights`` if newer by (generation, version), or always with ``force``."""
+        if not force and self.weights is not None and weights.key <= self.weights.key:
+            return
+        self.weights = weights
+        self.counters.published_version = weights.version
+
+    def _round_ready(self) -> bool:
+        refs = list(self.pending_round.refs)
+        ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
+        return len(ready) == len(refs)
+
+    def wait_and_process(self, timeout: float) -> bool:
+        """Waits for a rollout or the learner round, then counts what finished.
+
+        Returns:
+            False when nothing was in flight.
+        """
+        self.check_health()
+        waitable = list(self.inflight)
+        if self.pending_round is not None:
+            waitable += list(self.pending_round.refs)
+        if not waitable:
+            return False
+        ray.wait(waitable, num_returns=1, timeout=timeout)
+        done, _ = ray.wait(list(self.inflight), num_returns=len(self.inflight), timeout=0)
+        for ref in done:
+            self._on_rollout(ref)
+        if self.pending_round is not None and self._round_ready():
+            self._on_round()
+        return True
+
+    def _checkpoint_due(self) -> bool:
+        if self.stop_requested:
+            return False
+        now = time.monotonic()
+        if self.next_checkpoint_time is not None and now >= self.next_checkpoint_time:
+            self.next_checkpoint_time = now + self.config.checkpoint.interval_s
+            return True
+        due = self.next_checkpoint_frames
+        if due is None or self.counters.collected_frames < due:
+            return False
+        interval = self.checkpoint_interval_frames
+        self.next_checkpoint_frames = (self.counters.collected_frames // interval + 1) * interval
+        if self.next_checkpoint_time is not None:
+            self.next_checkpoint_time = now + self.config.checkpoint.interval_s
+        return True
+
+    def maybe_checkpoint(self) -> Path | None:
+        """Cuts a checkpoint every ``checkpoint.interval_frames`` or ``interval_s``."""
+        return self.checkpoint() if self._checkpoint_due() else None
+
+    def progress(self, *, force: bool = False) -> None:
+        """Emits a progress snapshot (and checks early stopping) once per ``log_interval_s``."""
+        now = time.perf_counter()
+        if not force and now < self.next_progress:
+            return
+        snapshot = self.snapshot()
+        if not force:
+            self._check_early_stop(snapshot)
+        self.emit("progress", snapshot)
+        self.next_progress = now + self.config.controller.log_interval_s
+
+    def train(self) -> None:
+        """Runs the algorithm's loop until the frame budget is done, or a stop.
+
+        Checkpoints are cut every ``checkpoint.interval_frames``, and at the end when stopped
+        or (with ``checkpoint.at_end``) when the budget is reached.
+        """
+        self.loop.run()
+        self.emit("train_end")  # e.g. the final evaluation, before the final checkpoint
+        if self.weights is not None:
+            self.collectors.sync_weights(self.weights)  # collectors end on the newest version
+        self.wall_s = time.perf_counter() - self.started_at
+        if self.stop_requested or self.config.checkpoint.at_end:
+            self.checkpoint()
+        self.progress(force=True)
+
+    # -- reporting ---------------------------------------------------------------------------
+    def snapshot(self) -> dict:
+        """Counters and rates for progress lines and metrics (see ``services.observe.report``)."""
+        return report.snapshot(self)
+
+    def summary(self) -> dict:
+        """The run's final figures (the CLI prints them as its last line of JSON)."""
+        return report.summary(self)

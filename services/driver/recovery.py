@@ -1,0 +1,189 @@
+"""The driver's reactions to faults, called by the controller at loop boundaries.
+
+:class:`Recovery` holds what the controller needs to absorb a fault or to stop the run naming
+it (the failure model in DESIGN.md; the monitors themselves are in ``services.driver.faults``):
+
+- a collector's death: not counted; a crash loop (``collector.crash_loop_deaths`` within
+  ``collector.crash_loop_window_s``) or too many deaths overall stops the run;
+- an env error inside a rollout: the collector already rebuilt its envs; counted, and past
+  ``collector.max_env_errors`` the run stops;
+- a rollout past ``collector.rollout_timeout_s``: its collector is killed (Ray restarts it);
+- a replay shard found restarted: refilled from the latest checkpoint, its loss counted; before
+  a cut every shard must answer (a restarted one is refilled first).
+
+Every message names the component and its node (``collector-1 (node 10.0.0.2/5f2c9a1e)``).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import ray
+
+from collector.env import EnvError
+from services.driver.faults import ComponentFailure, CrashLoop, ShardMonitor, ShardRestart, where
+
+logger = logging.getLogger(__name__)
+
+
+class Recovery:
+    """Fault handling of one controller (see the module docstring).
+
+    Args:
+        controller: The run's ``services.driver.controller.Controller``.
+    """
+
+    def __init__(self, controller) -> None:
+        self.controller = controller
+        cfg = controller.config.collector
+        self.crash_loop = CrashLoop(cfg.crash_loop_deaths, cfg.crash_loop_window_s)
+        self.rollout_seen: dict[ray.ObjectRef, float] = {}  # first seen in flight
+        self.shard_monitor: ShardMonitor | None = None
+
+    def watch_shards(self, shards) -> None:
+        """Starts the health checks of the run's replay shards."""
+        cfg = self.controller.config.replay
+        self.shard_monitor = ShardMonitor(
+            shards,
+            interval_s=cfg.health_interval_s,
+            restart_timeout_s=cfg.restart_timeout_s,
+            max_restarts=cfg.max_restarts,
+            capacity=cfg.shard_capacity,
+        )
+
+    # -- collectors ---------------------------------------------------------------------------
+    def _collector(self, index: int) -> str:
+        return f"collector-{index} ({where(self.controller.collectors.nodes[index])})"
+
+    def rollout_done(self, ref: ray.ObjectRef) -> None:
+        """Forgets a finished rollout (succeeded or failed)."""
+        self.rollout_seen.pop(ref, None)
+
+    def on_collector_death(self, index: int, ref: ray.ObjectRef, err: Exception) -> None:
+        """A rollout failed because its collector died: not counted; stop on a crash loop.
+
+        Raises:
+            ComponentFailure: The collector is crash-looping, or collectors died too often.
+        """
+        c = self.controller
+        c.counters.collector_failures += 1
+        deaths = c.collectors.restarts
+        c.collectors.mark_dead(index, ref)  # one death fails several rollouts
+        if c.collectors.restarts == deaths:
+            return  # another rollout lost to a death already handled
+        cfg = c.config.collector
+        name = self._collector(index)
+        if self.crash_loop.record(f"collector-{index}"):
+            raise ComponentFailure(
+                f"{name} died {cfg.crash_loop_deaths} times within {cfg.crash_loop_window_s:g} s "
+                f"(collector.crash_loop_deaths); stopping the run instead of restarting it. "
+                f"Last error: {err}"
+            ) from err
+        if c.collectors.restarts > cfg.max_restarts * len(c.collectors):
+            raise ComponentFailure(
+                f"collectors died {c.collectors.restarts} times (collector.max_restarts="
+                f"{cfg.max_restarts} each); last: {name}: {err}"
+            ) from err
+        logger.warning(
+            "%s died; Ray restarts it, its rollout is not counted and it gets the newest "
+            "weights with its next one (%s)",
+            name,
+            type(err).__name__,
+        )
+
+    def on_env_error(self, index: int, error: EnvError) -> None:
+        """An env raised inside a rollout: the collector rebuilt its envs; nothing counted.
+
+        Raises:
+            ComponentFailure: Past ``collector.max_env_errors``.
+        """
+        counters = self.controller.counters
+        counters.env_errors += 1
+        limit = self.controller.config.collector.max_env_errors
+        if counters.env_errors > limit:
+            raise ComponentFailure(
+                f"{self._collector(index)}: {error}; {counters.env_errors} env errors exceed "
+                f"collector.max_env_errors={limit}; stopping the run"
+            )
+        logger.warning(
+            "%s: %s; its envs were rebuilt and the rollout is not counted (%d/%d env errors)",
+            self._collector(index),
+            error,
+            counters.env_errors,
+            limit,
+        )
+
+    def _kill_stuck_collectors(self, now: float) -> None:
+        c = self.controller
+        timeout = c.config.collector.rollout_timeout_s
+        for ref, index in c.inflight.items():
+            seen = self.rollout_seen.setdefault(ref, now)
+            if now - seen > timeout:
+                self.rollout_seen[ref] = float("inf")  # killed once; its failure follows
+                logger.warning(
+                    "%s: rollout stuck for over %g s (collector.rollout_timeout_s); killing it, "
+                    "Ray restarts it",
+                    self._collector(index),
+                    timeout,
+                )
+                ray.kill(c.collectors.actors[index], no_restart=False)
+
+    # -- replay shards ------------------------------------------------------------------------
+    def note_writes(self, writes) -> None:
+        """Takes a counted rollout's write receipts (the shards' loss figures)."""
+        self.shard_monitor.note_writes(writes)
+
+    def cleared(self) -> None:
+        """The driver emptied every shard."""
+        self.shard_monitor.cleared()
+
+    def check(self) -> None:
+        """Handles restarted or stuck replay shards and stuck rollouts, without blocking."""
+        now = time.monotonic()
+        if self.shard_monitor is not None:
+            for event in self.shard_monitor.poll(now):
+                self.refill(event)
+        if self.controller.inflight:
+            self._kill_stuck_collectors(now)
+
+    def before_cut(self) -> None:
+        """Waits until every shard answers (refilling restarted ones) before a checkpoint."""
+        for event in self.shard_monitor.check_now():
+            self.refill(event)
+        # The driver's own view of the shards (its client marks a failed shard down).
+        self.controller.replay.revive(self.controller.config.replay.restart_timeout_s)
+
+    def after_cut(self) -> None:
+        """The shards were busy dumping for the driver: not stuck."""
+        self.shard_monitor.rearm()
+
+    def refill(self, event: ShardRestart) -> None:
+        """A shard came back empty: refill it from the latest checkpoint; count the loss."""
+        c = self.controller
+        counters = c.counters
+        counters.replay_restarts += 1
+        counters.replay_items_lost += event.lost
+        refilled, source = 0, "no checkpoint yet: it stays empty"
+        if c.last_checkpoint is not None:
+            path = c.last_checkpoint / f"replay-{event.index}"
+            try:
+                stats = ray.get(c.shards[event.index].load.remote(str(path)), timeout=600)
+                refilled, source = int(stats["size"]), f"refilled from {c.last_checkpoint}"
+            except Exception as err:  # the run goes on with an empty shard
+                source = f"refill from {path} failed ({err}): it stays empty"
+        counters.replay_items_refilled += refilled
+        c.inbox.shard_restarted(event.index)  # its direct Insert server, if any, serves again
+        self.shard_monitor.rearm()
+        logger.warning(
+            "replay-%d (%s, pid %s) died; Ray restarted it (restart %d of %d); %s "
+            "(%d items); %d items it held at its last report are lost",
+            event.index,
+            where(event.node),
+            event.pid,
+            event.restarts,
+            c.config.replay.max_restarts,
+            source,
+            refilled,
+            event.lost,
+        )

@@ -1,0 +1,1 @@
+"""Greedy evaluation: the schedule (pure) and the evaluator actor."""

@@ -1,0 +1,260 @@
+"""Asynchronous greedy evaluation: the ``evaluation`` config section and its pure core (no Ray).
+
+Training returns are measured with exploration on; a policy is judged by greedy episodes.
+With ``evaluation.interval_frames > 0`` an evaluator actor (``services.evaluation.evaluator``) runs
+``evaluation.episodes`` episodes on its own envs and seeds with the deterministic form of the
+collector policy (greedy Q-values, the mode or mean of a stochastic actor) every
+``interval_frames`` collected frames, while training goes on.
+
+Scheduling (:class:`EvalSchedule`) is a pure object the driver feeds with frame counts:
+
+* an evaluation is **due** when the frames pass the next multiple of ``interval_frames``; it
+  snapshots the newest published weights at that moment;
+* intervals that elapse while an evaluation runs **coalesce** into one evaluation, started
+  when the running one finishes, with the weights newest at that point;
+* ``run_at_start`` evaluates version 0 once set up; ``run_at_end`` evaluates the final version
+  unless the last evaluation (finished or running) already used it; ``wait_at_end`` waits up
+  to ``timeout_s`` for it before the final checkpoint and summary;
+* a checkpoint keeps only the next due frame and the last completed result
+  (:meth:`EvalSchedule.state_dict`): an evaluation in flight at the cut is dropped on resume.
+
+Episodes are counted exactly (:func:`run_episodes`): env ``i`` of ``num_envs`` runs its share of
+the episodes, so short episodes do not crowd out long ones.
+
+Examples:
+    >>> schedule = EvalSchedule(interval_frames=1000)
+    >>> schedule.due(999), schedule.due(1000)
+    (False, True)
+    >>> schedule.started(version=3, frames=1000)
+    >>> schedule.due(2100), schedule.due(3200)  # both coalesce into one pending evaluation
+    (False, False)
+    >>> schedule.finished(EvalResult(3, 1000, (10.0, 12.0), (10, 12), 0.1))  # start it now
+    True
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+
+@dataclasses.dataclass(frozen=True)
+class EvaluationConfig:
+    """Greedy evaluation by an evaluator actor, off unless ``interval_frames > 0``.
+
+    Attributes:
+        interval_frames: Collected frames between evaluations (0: no evaluation).
+        episodes: Episodes per evaluation.
+        num_envs: Environments the evaluator steps side by side.
+        env_id: Evaluation env (a gymnasium id or ``module:function``); None: the training env
+            (``collector.env_id`` with ``collector.env_kwargs``).
+        env_kwargs: Keyword arguments of ``env_id`` (ignored when ``env_id`` is None).
+        run_at_start: Also evaluate version 0 right after setup.
+        run_at_end: Evaluate the final version unless the last evaluation already used it.
+        wait_at_end: Wait for the end evaluation (and one in flight) before the final
+            checkpoint and summary.
+        timeout_s: Longest wait at the end.
+        num_cpus: Logical CPUs the evaluator actor asks for.
+        stop_return: Stop the run once an evaluation's mean return reaches this (None: never).
+    """
+
+    # Schedule
+    interval_frames: int = 0
+    episodes: int = 10
+    run_at_start: bool = False
+    run_at_end: bool = True
+    wait_at_end: bool = True
+    timeout_s: float = 120.0
+    stop_return: float | None = None
+    # The evaluator's envs and resources
+    num_envs: int = 2
+    env_id: str | None = None
+    env_kwargs: dict = dataclasses.field(default_factory=dict)
+    num_cpus: float = 0.25
+
+    def __post_init__(self) -> None:
+        checks = [
+            (self.interval_frames >= 0, "interval_frames", "must be >= 0", self.interval_frames),
+            (self.episodes >= 1, "episodes", "must be >= 1", self.episodes),
+            (self.num_envs >= 1, "num_envs", "must be >= 1", self.num_envs),
+            (self.timeout_s > 0, "timeout_s", "must be > 0", self.timeout_s),
+            (self.num_cpus > 0, "num_cpus", "must be > 0", self.num_cpus),
+            (self.env_id is None or bool(self.env_id), "env_id", "must be non-empty", self.env_id),
+        ]
+        for ok, field, rule, value in checks:
+            if not ok:
+                raise ValueError(f"{field}: {rule}, got {value!r}")
+
+    @property
+    def enabled(self) -> bool:
+        """Whether the run starts an evaluator."""
+        return self.interval_frames > 0
+
+
+@dataclasses.dataclass(frozen=True)
+class EvalResult:
+    """One completed evaluation.
+
+    Attributes:
+        version: Model version of the weights evaluated.
+        frames: Collected frames when it was started.
+        returns: Undiscounted return of each episode.
+        lengths: Length of each episode.
+        wall_s: Seconds the evaluator took.
+    """
+
+    version: int
+    frames: int
+    returns: tuple[float, ...]
+    lengths: tuple[int, ...]
+    wall_s: float
+
+    def record(self) -> dict[str, Any]:
+        """The flat record logged under ``evaluation`` (``evaluation/episode_return_mean``)."""
+        returns = np.asarray(self.returns, np.float64)
+        return {
+            "episode_return_mean": float(returns.mean()),
+            "episode_return_std": float(returns.std()),
+            "episode_return_min": float(returns.min()),
+            "episode_return_max": float(returns.max()),
+            "episode_length_mean": float(np.mean(self.lengths)),
+            "episodes": len(self.returns),
+            "version": self.version,
+            "frames": self.frames,
+            "wall_s": round(self.wall_s, 3),
+        }
+
+
+class EvalSchedule:
+    """When to evaluate, and what a checkpoint keeps of it (pure).
+
+    Args:
+        interval_frames: Frames between evaluations.
+    """
+
+    def __init__(self, interval_frames: int) -> None:
+        self.interval_frames = interval_frames
+        self.next_due_frames = interval_frames
+        self.running_version: int | None = None
+        self.coalesced = 0  # due intervals absorbed while an evaluation ran
+        self.pending = False
+        self.last: dict[str, Any] | None = None  # the last completed result's record
+        self.completed = 0
+
+    @property
+    def running(self) -> bool:
+        """Whether an evaluation is in flight."""
+        return self.running_version is not None
+
+    def due(self, frames: int) -> bool:
+        """Advances the schedule to ``frames``; True when an evaluation should start now.
+
+        While one runs, elapsed intervals are remembered as a single pending evaluation.
+        """
+        if frames < self.next_due_frames:
+            return False
+        self.next_due_frames = (frames // self.interval_frames + 1) * self.interval_frames
+        if self.running:
+            self.coalesced += int(self.pending)
+            self.pending = True
+            return False
+        return True
+
+    def started(self, version: int, frames: int) -> None:
+        """Records that an evaluation of ``version`` started at ``frames``."""
+        self.running_version = version
+        self.pending = False
+
+    def finished(self, result: EvalResult | None) -> bool:
+        """Records the end of the running evaluation (None: it failed).
+
+        Returns:
+            True when a coalesced evaluation is pending and should start now.
+        """
+        self.running_version = None
+        if result is not None:
+            self.last = result.record()
+            self.completed += 1
+        return self.pending
+
+    def needs_final(self, version: int) -> bool:
+        """Whether ``run_at_end`` must still evaluate ``version`` (the final one)."""
+        if self.running_version == version:
+            return False
+        return self.last is None or self.last["version"] != version
+
+    def state_dict(self) -> dict[str, Any]:
+        """What a checkpoint keeps: the next due frame and the last completed result."""
+        return {"next_due_frames": self.next_due_frames, "last": self.last}
+
+    def load_state_dict(self, state: Mapping[str, Any] | None) -> None:
+        """Restores :meth:`state_dict`; an evaluation in flight at the cut is dropped."""
+        if not state:
+            return
+        self.next_due_frames = int(state["next_due_frames"])
+        self.last = state.get("last")
+        self.running_version = None
+        self.pending = False
+
+
+def episode_quotas(episodes: int, num_envs: int) -> list[int]:
+    """Episodes per env: ``episodes`` split as evenly as possible, the first envs one more."""
+    return [episodes // num_envs + (1 if i < episodes % num_envs else 0) for i in range(num_envs)]
+
+
+def run_episodes(envs, policy, episodes: int, seeds: list[int]) -> tuple[list[float], list[int]]:
+    """Runs exactly ``episodes`` episodes with the policy's deterministic actions.
+
+    Args:
+        envs: A gymnasium vector env in ``NEXT_STEP`` autoreset mode (``make_vector_env``).
+        policy: A collector policy (``act(obs, explore) -> (actions, extras)``).
+        episodes: Episodes to finish, split over the envs by :func:`episode_quotas`.
+        seeds: One reset seed per env.
+
+    Returns:
+        Returns and lengths of the episodes, env by env in finishing order.
+    """
+    n = envs.num_envs
+    quotas = episode_quotas(episodes, n)
+    finished = [0] * n
+    episode_return = np.zeros(n, np.float64)
+    episode_length = np.zeros(n, np.int64)
+    resetting = np.zeros(n, bool)  # the step after an episode's end is the autoreset step
+    returns: list[float] = []
+    lengths: list[int] = []
+    obs, _ = envs.reset(seed=seeds)
+    explore = {"deterministic": True}
+    while any(done < quota for done, quota in zip(finished, quotas, strict=True)):
+        actions, _ = policy.act(obs, explore)
+        obs, rewards, terminated, truncated, _ = envs.step(actions)
+        for i in range(n):
+            if resetting[i]:
+                resetting[i] = False
+                continue
+            episode_return[i] += float(rewards[i])
+            episode_length[i] += 1
+            if terminated[i] or truncated[i]:
+                if finished[i] < quotas[i]:
+                    returns.append(float(episode_return[i]))
+                    lengths.append(int(episode_length[i]))
+                    finished[i] += 1
+                episode_return[i], episode_length[i] = 0.0, 0
+                resetting[i] = True
+    return returns, lengths
+
+
+def metric_value(record: Mapping[str, Any], metric: str) -> float | None:
+    """Looks up ``evaluation/episode_return_mean`` or ``learner.loss_q`` in a nested record."""
+    node: Any = record
+    for part in metric.replace("/", ".").split("."):
+        if not isinstance(node, Mapping) or part not in node:
+            return None
+        node = node[part]
+    if node is None:
+        return None
+    value = float(node)
+    return None if math.isnan(value) else value

@@ -1,0 +1,1 @@
+"""The driver's gRPC plane: server, servicers, driver-path and direct inserts, client."""

@@ -1,0 +1,248 @@
+"""The replay side of ``Experience/Insert``: routing, coalesced shard calls, acknowledgements.
+
+A Ray call costs about 1 ms of CPU on the development machine, as much as moving a megabyte,
+so an Insert stream does not make one call per batch. Its handler thread checks each batch and
+queues it; the stream's sender thread takes what is queued, keeps at most ``window`` shard calls
+in flight and, when it may send, sends everything queued meanwhile: one call per shard carrying
+several batches (more batches per call exactly when the shards are the bottleneck). Each batch
+is acknowledged on its own receipt, and the driver counts it from there (see
+``services.driver.inbox``).
+
+Routing (``replay.wire.batches.shard_of``): batch ``seq`` of writer ``w`` goes to shard
+``(crc32(w) + seq // ROUTE_GROUP) % shards``: a writer's batches take turns over every shard in
+runs of ``ROUTE_GROUP`` (so consecutive batches can share a call), and a retried
+``(writer, seq)`` meets the shard that deduplicates it. Batches of at least
+``SHARED_MIN_BYTES`` for a shard on the driver's node travel through shared memory
+(``replay.shm``); the rest as Ray arguments.
+"""
+
+from __future__ import annotations
+
+import collections
+import concurrent.futures
+import dataclasses
+import queue
+import threading
+
+import numpy as np
+import ray
+
+from replay.client import ReplayClient
+from replay.shm import SharedBlocks
+from replay.wire.batches import ExternalReceipt, shard_of
+from services.driver.inbox import Inbox
+
+SHARED_MIN_BYTES = 100 << 10
+
+
+@dataclasses.dataclass
+class Pending:
+    """One checked batch of a stream, until the driver has counted it.
+
+    Attributes:
+        arrays: The batch.
+        writer: The replay writer id (``external/<client writer id>``).
+        seq: The client's batch number.
+        client_writer: The client's writer id.
+        episode_returns: Episodes the client reported finished in the batch.
+        episode_lengths: Their lengths.
+        counted: Resolves to the run's frame count once the driver counted the batch.
+        receipt: Set when the shard acknowledged it.
+    """
+
+    arrays: dict[str, np.ndarray]
+    writer: str
+    seq: int
+    client_writer: str
+    episode_returns: tuple[float, ...] = ()
+    episode_lengths: tuple[int, ...] = ()
+    counted: concurrent.futures.Future = dataclasses.field(
+        default_factory=concurrent.futures.Future
+    )
+    receipt: ExternalReceipt | None = None
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the batch."""
+        return sum(array.nbytes for array in self.arrays.values())
+
+
+class ReplayRoute:
+    """The shards of the run as seen from the driver's gRPC server (shared by its streams).
+
+    Args:
+        inbox: The driver's inbox, whose ``shards`` are the run's.
+        shared_bytes: Size limit of the shared-memory pool (0: always send by Ray).
+    """
+
+    def __init__(self, inbox: Inbox, shared_bytes: int = 0) -> None:
+        self.inbox = inbox
+        self.replay = ReplayClient(inbox.shards)
+        self.shared = SharedBlocks(max_bytes=shared_bytes) if shared_bytes else None
+        self.local = [False] * len(inbox.shards)
+        if self.shared is not None:
+            here = ray.get_runtime_context().get_node_id()
+            nodes = ray.get([shard.node_id.remote() for shard in inbox.shards], timeout=60)
+            self.local = [node == here for node in nodes]
+
+    def shard_of(self, writer: str, seq: int) -> int:
+        """The shard that stores (and deduplicates) batch ``seq`` of ``writer``."""
+        return shard_of(writer, seq, len(self.replay.shards))
+
+    def send(self, items: list[Pending]) -> list[concurrent.futures.Future]:
+        """One call per shard (and per way) for ``items``; returns the calls' futures."""
+        groups: dict[tuple[int, bool], list] = collections.defaultdict(list)
+        for item in items:
+            index = self.shard_of(item.writer, item.seq)
+            shared = None
+            if self.local[index] and item.nbytes >= SHARED_MIN_BYTES:
+                shared = self.shared.put(item.arrays)
+            groups[index, shared is not None].append((item, shared))
+        futures = []
+        for (index, by_memory), members in groups.items():
+            shard = self.replay.shards[index]
+            if by_memory:
+                args = [(s.path, s.layout, i.writer, i.seq) for i, s in members]
+                ref = shard.write_shared_many.remote(args)
+            else:
+                ref = shard.write_many.remote([(i.arrays, i.writer, i.seq) for i, _ in members])
+            future = ref.future()
+            future.add_done_callback(lambda done, m=members: self._acked(done, m))
+            futures.append(future)
+        return futures
+
+    def _acked(self, done: concurrent.futures.Future, members: list) -> None:
+        """A shard answered (or failed) a call: each batch's receipt goes to the driver."""
+        for _, shared in members:
+            if shared is not None:
+                self.shared.release(shared.block)
+        try:
+            receipts = done.result()
+        except BaseException as err:
+            for item, _ in members:
+                item.counted.set_exception(err)
+                self.inbox.acknowledged(None)
+            return
+        for (item, _), write in zip(members, receipts, strict=True):
+            fresh = not write.duplicate
+            item.receipt = ExternalReceipt(
+                writer_id=item.client_writer,
+                seq=item.seq,
+                frames=write.num_items if fresh else 0,
+                episode_returns=item.episode_returns if fresh else (),
+                episode_lengths=item.episode_lengths if fresh else (),
+                write=write,
+            )
+            self.inbox.acknowledged(item.receipt, item.counted)
+
+    def close(self) -> None:
+        """Frees the shared-memory blocks."""
+        if self.shared is not None:
+            self.shared.close()
+
+
+class InsertStream:
+    """The sender thread of one Insert call (see the module docstring).
+
+    Args:
+        route: The server's :class:`ReplayRoute`.
+        inbox: The driver's inbox (writes wait while it holds them).
+        window: Shard calls in flight at most.
+        timeout: Seconds a write may wait to be let in.
+    """
+
+    def __init__(self, route: ReplayRoute, inbox: Inbox, *, window: int, timeout: float) -> None:
+        self.route = route
+        self.inbox = inbox
+        self.window = window
+        self.timeout = timeout
+        self.items: list[Pending] = []
+        self.error: BaseException | None = None
+        self._queue: queue.SimpleQueue[Pending | None] = queue.SimpleQueue()
+        self._calls: collections.deque[concurrent.futures.Future] = collections.deque()
+        self._thread = threading.Thread(target=self._run, name="grpc-insert", daemon=True)
+        self._thread.start()
+
+    def add(self, item: Pending) -> None:
+        """Queues a checked batch (raises the sender's error, if any, e.g. IntakeClosed)."""
+        if self.error is not None:
+            raise self.error
+        self.items.append(item)
+        self._queue.put(item)
+
+    def finish(self) -> list[Pending]:
+        """Sends what is queued, waits until every batch is counted; returns them in order.
+
+        Raises:
+            IntakeClosed, TimeoutError, ray.exceptions.RayError: As the sender or a shard met.
+        """
+        self._queue.put(None)
+        self._thread.join(self.timeout)
+        if self.error is not None:
+            raise self.error
+        with self.inbox.expedite():
+            for item in self.items:
+                item.counted.result(timeout=self.timeout)
+        return self.items
+
+    def close(self) -> None:
+        """Lets the sender thread end (what it already took is still sent)."""
+        self._queue.put(None)
+
+    def _take(self) -> tuple[list[Pending], bool]:
+        first = self._queue.get()
+        taken = [] if first is None else [first]
+        ended = first is None
+        while not ended:
+            try:
+                item = self._queue.get_nowait()
+            except queue.Empty:
+                break
+            if item is None:
+                ended = True
+            else:
+                taken.append(item)
+        return taken, ended
+
+    def _run(self) -> None:
+        ended = False
+        while not ended:
+            taken, ended = self._take()
+            while self._calls and self._calls[0].done():
+                self._calls.popleft()
+            if len(self._calls) >= self.window:
+                concurrent.futures.wait([self._calls.popleft()])
+                if not ended:  # what arrived meanwhile joins these calls
+                    more, ended = self._take_ready()
+                    taken += more
+            if not taken:
+                continue
+            if self.error is not None:
+                for item in taken:
+                    item.counted.set_exception(self.error)
+                continue
+            try:
+                self.inbox.begin_write(timeout=self.timeout, count=len(taken))
+            except BaseException as err:
+                self.error = err
+                for item in taken:
+                    item.counted.set_exception(err)
+                continue
+            try:
+                self._calls.extend(self.route.send(taken))
+            except BaseException as err:
+                self.error = err
+                for item in taken:
+                    item.counted.set_exception(err)
+                    self.inbox.acknowledged(None)
+
+    def _take_ready(self) -> tuple[list[Pending], bool]:
+        taken: list[Pending] = []
+        while True:
+            try:
+                item = self._queue.get_nowait()
+            except queue.Empty:
+                return taken, False
+            if item is None:
+                return taken, True
+            taken.append(item)

@@ -1,0 +1,194 @@
+"""The driver's gRPC server: operator control and experience from actors outside Ray.
+
+Started by ``python -m services.train`` when ``grpc.port`` is set. It serves
+``relayrl.v1.Control`` (``services/grpc/control.proto``) and ``relayrl.v1.Experience``
+(``replay/wire/experience.proto``), gRPC
+health checking (``grpc.health.v1.Health``: SERVING while the run is running, NOT_SERVING
+before and from the moment it starts stopping) and server reflection.
+
+Security: the server binds to loopback unless ``grpc.host`` says otherwise; with
+``grpc.token`` every call but health checks must carry ``authorization: Bearer <token>``
+metadata (UNAUTHENTICATED otherwise), and a token is required to bind beyond loopback (the
+config is refused before anything starts). The transport is plaintext: beyond a trusted network,
+put a TLS-terminating proxy in front.
+
+Examples:
+    >>> server = GrpcServer(config.grpc, controller.inbox, spec=spec)  # doctest: +SKIP
+    >>> server.attach(controller)  # health follows the run  # doctest: +SKIP
+    >>> controller.run(); server.stop()  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from concurrent.futures import ThreadPoolExecutor
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+from replay.wire import experience_pb2 as pb
+from replay.wire.batches import TransitionSpec
+from replay.wire.heap import keep_freed_memory
+from replay.wire.service import TokenAuth, experience_handler
+from services.driver.inbox import Inbox
+from services.grpc import control_pb2 as control_pb
+from services.grpc import control_pb2_grpc as control_grpc
+from services.grpc.config import GrpcConfig
+from services.grpc.servicers import ControlServicer, ExperienceServicer
+
+logger = logging.getLogger(__name__)
+
+SERVICES = tuple(
+    service.full_name
+    for module in (control_pb, pb)
+    for service in module.DESCRIPTOR.services_by_name.values()
+)
+HEALTH_SERVICE = health.SERVICE_NAME
+
+
+def redacted_config(config: dict) -> dict:
+    """The run config with ``grpc.token`` hidden (``GetStatus`` returns it)."""
+    grpc_section = dict(config.get("grpc", {}))
+    if grpc_section.get("token") and not str(grpc_section["token"]).startswith("env:"):
+        grpc_section["token"] = "<redacted>"
+    return {**config, "grpc": grpc_section}
+
+
+class GrpcServer:
+    """The server, started on construction.
+
+    Args:
+        config: The ``grpc`` section (port, host, token, limits).
+        inbox: The controller's inbox (``controller.inbox``).
+
+    Keyword Args:
+        spec: The run's transition spec (batches are checked against it).
+        run_name: Reported by ``GetStatus``.
+        run_config: The run's config dict (reported by ``GetStatus``, token redacted).
+    """
+
+    def __init__(
+        self,
+        config: GrpcConfig,
+        inbox: Inbox,
+        *,
+        spec: TransitionSpec,
+        run_name: str = "relayrl",
+        run_config: dict | None = None,
+    ) -> None:
+        self.config = config
+        self.inbox = inbox
+        limit = 2 * config.max_message_bytes + (1 << 20)
+        options = [
+            ("grpc.max_receive_message_length", limit),
+            ("grpc.max_send_message_length", limit),
+            ("grpc.so_reuseport", 0),
+        ]
+        token = config.resolved_token()
+        keep_freed_memory()  # every batch arrives in fresh megabytes (see replay.wire.heap)
+        self.server = grpc.server(
+            ThreadPoolExecutor(max_workers=config.max_workers, thread_name_prefix="grpc"),
+            interceptors=[TokenAuth(token)] if token else [],
+            options=options,
+        )
+        config_json = json.dumps(redacted_config(run_config or {}))
+        control_grpc.add_ControlServicer_to_server(
+            ControlServicer(inbox, run_name, config_json), self.server
+        )
+        self.experience = ExperienceServicer(
+            inbox,
+            spec,
+            max_bytes=config.max_message_bytes,
+            inflight_writes=config.inflight_writes,
+            shared_bytes=int(config.shared_memory_mb * (1 << 20)),
+        )
+        self.server.add_generic_rpc_handlers((experience_handler(self.experience),))
+        self.health = health.HealthServicer(experimental_non_blocking=True)
+        health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
+        self._set_health(serving=False)
+        reflection.enable_server_reflection((*SERVICES, HEALTH_SERVICE, reflection.SERVICE_NAME),
+                                            self.server)  # fmt: skip
+        host = f"[{config.host}]" if ":" in config.host else config.host
+        try:
+            self.port = self.server.add_insecure_port(f"{host}:{config.port}")
+        except RuntimeError:
+            self.port = 0
+        if self.port == 0:
+            raise OSError(f"grpc.port: cannot bind {host}:{config.port}")
+        self.address = f"{host}:{self.port}"
+        self.server.start()
+        inbox.on_state = self._on_state
+        logger.info(
+            "gRPC server at %s (%s, token %s)",
+            self.address,
+            ", ".join(SERVICES),
+            "required" if token else "off",
+        )
+
+    def attach(self, controller) -> None:
+        """Serves ``controller``: its inbox goes live; health follows the run's state."""
+        self.inbox.enable(controller)
+        if self.config.direct_writes:
+            controller.register("setup", self._start_direct)
+
+    def _start_direct(self, controller) -> None:
+        """Starts the shards' Insert servers once the run's shards exist."""
+        if self.inbox.refusal is not None:
+            return
+        from services.grpc.direct import DirectWrites
+
+        options = {**self.config.shard_intake_options(), "spec": self.experience.spec}
+        direct = DirectWrites(controller.shards, options)
+        self.inbox.attach_direct(direct)
+        logger.info("gRPC direct writes: replay shards at %s", ", ".join(direct.addresses))
+
+    def _on_state(self, state: str) -> None:
+        self._set_health(serving=state == "running")
+
+    def _set_health(self, *, serving: bool) -> None:
+        status = (
+            health_pb2.HealthCheckResponse.SERVING
+            if serving
+            else health_pb2.HealthCheckResponse.NOT_SERVING
+        )
+        for service in ("", *SERVICES):
+            self.health.set(service, status)
+
+    def stop(self) -> None:
+        """Health goes NOT_SERVING, then in-flight calls get ``grpc.grace_s`` to finish."""
+        self.health.enter_graceful_shutdown()
+        self.server.stop(self.config.grace_s).wait(self.config.grace_s + 1.0)
+        self.experience.close()
+        logger.info("gRPC server at %s stopped", self.address)
+
+
+def serve_run(config, controller) -> GrpcServer | None:
+    """Starts the run's gRPC server when ``grpc.port`` is set and attaches it to ``controller``.
+
+    Args:
+        config: The run's ``RunConfig``.
+        controller: The run's controller (its inbox goes live).
+
+    Returns:
+        The started server, or None when ``grpc.port`` is null.
+
+    Raises:
+        OSError: Naming ``grpc.port`` when the address cannot be bound.
+    """
+    if not config.grpc.enabled:
+        return None
+    from services.config.spec import env_transition_spec
+
+    spec = env_transition_spec(config.collector.env_id, config.collector.env_kwargs)
+    server = GrpcServer(
+        config.grpc,
+        controller.inbox,
+        spec=spec,
+        run_name=config.run.name,
+        run_config=config.to_dict(),
+    )
+    server.attach(controller)
+    logger.info("gRPC transition spec: %s", spec.describe())
+    return server

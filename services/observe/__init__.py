@@ -1,0 +1,1 @@
+"""Watching a run: Prometheus metrics, progress, TensorBoard, reports, early stopping."""

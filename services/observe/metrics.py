@@ -1,0 +1,296 @@
+"""Prometheus metrics served by the driver (prefix ``relayrl_``).
+
+The exporter owns its own registry and is fed by controller hooks, so nothing in the hot loop
+waits on it. ``METRICS`` lists every exported name with its type and help; the README's metrics
+table is generated from the same list.
+
+Every series carries a ``run`` label (the run id, see ``services.run.runid``), so one Prometheus
+scraping several runs, on one machine or a shared cluster, keeps them apart; each run serves its
+own endpoint (port 0: OS-chosen). With ``metrics.sd_dir`` the exporter also writes
+``<sd_dir>/<run id>.json``, a Prometheus ``file_sd`` target for its endpoint, and removes it
+when it closes, so Prometheus finds every live run without fixed ports.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+from pathlib import Path
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+
+logger = logging.getLogger(__name__)
+
+RUN_LABEL = "run"
+LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+
+# name (without prefix), type, labels, help
+METRICS: tuple[tuple[str, str, tuple[str, ...], str], ...] = (
+    (
+        "frames_total",
+        "counter",
+        ("source",),
+        "Frames collected, counted from receipts (source: collector or external).",
+    ),
+    ("transitions_total", "counter", ("source",), "Transitions written to replay."),
+    ("optim_steps_total", "counter", (), "Optimizer steps done by the learner group."),
+    ("rollouts_total", "counter", ("collector",), "Counted rollout receipts per collector."),
+    (
+        "collector_restarts_total",
+        "counter",
+        (),
+        "Collector deaths (each restarted by Ray; its rollout is not counted).",
+    ),
+    (
+        "replay_restarts_total",
+        "counter",
+        (),
+        "Replay shards found restarted by Ray (each refilled from the latest checkpoint).",
+    ),
+    (
+        "replay_items_lost_total",
+        "counter",
+        (),
+        "Items restarted replay shards held at their last health report.",
+    ),
+    (
+        "env_errors_total",
+        "counter",
+        (),
+        "Env exceptions inside rollouts (envs rebuilt, rollout not counted).",
+    ),
+    (
+        "nonfinite_steps_total",
+        "counter",
+        (),
+        "Optimizer steps skipped for a non-finite loss or gradient.",
+    ),
+    ("episodes_total", "counter", (), "Finished episodes."),
+    ("model_version", "gauge", (), "Learner model version (optimizer steps in the lineage)."),
+    ("published_version", "gauge", (), "Version of the newest published weights."),
+    ("learner_generation", "gauge", (), "Current learner generation."),
+    ("episode_return", "gauge", (), "Mean return of the recent episode window."),
+    ("episode_length", "gauge", (), "Mean length of the recent episode window."),
+    (
+        "eval_episode_return",
+        "gauge",
+        (),
+        "Mean return of the last greedy evaluation (evaluation.interval_frames).",
+    ),
+    ("eval_version", "gauge", (), "Model version the last greedy evaluation used."),
+    (
+        "exploration",
+        "gauge",
+        ("param",),
+        "Exploration parameters handed to collectors (epsilon; random is 1 during warm-up).",
+    ),
+    ("frames_per_second", "gauge", (), "Collection rate over the last progress interval."),
+    ("updates_per_second", "gauge", (), "Optimizer steps per second over the last interval."),
+    ("update_to_data_ratio", "gauge", (), "Optimizer steps per collected frame so far."),
+    ("replay_size", "gauge", ("shard",), "Transitions held by each replay shard."),
+    ("replay_inserts_total", "counter", ("shard",), "Transitions written to each replay shard."),
+    ("replay_samples_total", "counter", ("shard",), "Transitions sampled from each replay shard."),
+    (
+        "replay_priority_updates_total",
+        "counter",
+        ("shard",),
+        "Priority updates applied by each replay shard (prioritized sampling).",
+    ),
+    ("loss", "gauge", ("term",), "Loss terms and grad norm averaged over the last round."),
+    ("checkpoint_duration_seconds", "gauge", (), "Wall time of the last checkpoint."),
+    ("checkpoint_last_success_timestamp_seconds", "gauge", (), "Unix time of the last checkpoint."),
+    (
+        "policy_lag_versions",
+        "histogram",
+        (),
+        "Learner version minus the policy version that collected a rollout.",
+    ),
+    ("rollout_latency_seconds", "histogram", (), "Wall time of one rollout call, writes included."),
+    ("step_latency_seconds", "histogram", (), "Wall time of one learner round on rank 0."),
+)
+
+
+def exported_name(name: str) -> str:
+    """The name a scrape shows for an entry of ``METRICS`` (histograms add _bucket/_sum/_count)."""
+    return f"relayrl_{name}"
+
+
+def metrics_table() -> str:
+    """The README's metrics table, in Markdown."""
+    rows = ["| metric | type | labels | meaning |", "|---|---|---|---|"]
+    for name, kind, labels, help_text in METRICS:
+        shown = ", ".join((RUN_LABEL, *labels))
+        rows.append(f"| `{exported_name(name)}` | {kind} | {shown} | {help_text} |")
+    return "\n".join(rows)
+
+
+class MetricsExporter:
+    """Holds the metric objects and serves them over HTTP.
+
+    Args:
+        host: Bind address of the HTTP server.
+        port: Port; 0 lets the OS choose.
+
+    Keyword Args:
+        run_id: Value of the ``run`` label on every series.
+        sd_dir: Directory for a Prometheus ``file_sd`` target file (None: none written).
+    """
+
+    def __init__(
+        self,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        *,
+        run_id: str = "relayrl",
+        sd_dir: str | Path | None = None,
+    ) -> None:
+        self.run_id = run_id
+        self.registry = CollectorRegistry()
+        self._seen: dict[tuple, float] = {}
+        self.metrics = {}
+        for name, kind, labels, help_text in METRICS:
+            full = (
+                f"relayrl_{name.removesuffix('_total')}" if kind == "counter" else f"relayrl_{name}"
+            )
+            if kind == "counter":
+                metric = Counter(full, help_text, (RUN_LABEL, *labels), registry=self.registry)
+            elif kind == "gauge":
+                metric = Gauge(full, help_text, (RUN_LABEL, *labels), registry=self.registry)
+            else:
+                buckets = (
+                    (0, 1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
+                    if "lag" in name
+                    else (LATENCY_BUCKETS)
+                )
+                metric = Histogram(
+                    full, help_text, (RUN_LABEL, *labels), buckets=buckets, registry=self.registry
+                )
+            self.metrics[name] = metric
+        self.server, self.thread = start_http_server(port, addr=host, registry=self.registry)
+        self.host, self.port = host, self.server.server_port
+        logger.info("Prometheus metrics of run %s at %s", run_id, self.url)
+        self.sd_file = self._write_sd_file(Path(sd_dir)) if sd_dir else None
+
+    def _write_sd_file(self, sd_dir: Path) -> Path:
+        """Writes this endpoint as a ``file_sd`` target (atomically: Prometheus watches it)."""
+        sd_dir.mkdir(parents=True, exist_ok=True)
+        host = self.host if self.host not in ("0.0.0.0", "::", "") else "127.0.0.1"
+        target = [{"targets": [f"{host}:{self.port}"], "labels": {"component": "driver"}}]
+        path = sd_dir / f"{self.run_id}.json"
+        staging = sd_dir / f".{self.run_id}.json.tmp"
+        staging.write_text(json.dumps(target))
+        os.replace(staging, path)
+        return path
+
+    def m(self, name: str, **labels: str):
+        """The series of metric ``name`` for this run (and ``labels``)."""
+        return self.metrics[name].labels(**{RUN_LABEL: self.run_id}, **labels)
+
+    @property
+    def url(self) -> str:
+        """The scrape URL."""
+        return f"http://{self.host}:{self.port}/metrics"
+
+    def attach(self, controller) -> None:
+        """Registers the hooks that keep the metrics current."""
+        controller.register("rollout", self.on_rollout)
+        controller.register("external", self.on_external)
+        controller.register("round", self.on_round)
+        controller.register("progress", self.on_progress)
+        controller.register("checkpoint", self.on_checkpoint)
+
+    def on_rollout(self, controller, receipt) -> None:
+        """Counts one rollout receipt."""
+        m = self.m
+        m("frames_total", source="collector").inc(
+            receipt.frames * controller.config.collector.frame_skip
+        )
+        m("transitions_total", source="collector").inc(receipt.frames)
+        m("rollouts_total", collector=str(receipt.collector_id)).inc()
+        m("episodes_total").inc(len(receipt.episode_returns))
+        m("rollout_latency_seconds").observe(receipt.rollout_s + receipt.write_s)
+        if receipt.policy_version >= 0:
+            lag = controller.counters.model_version - receipt.policy_version
+            m("policy_lag_versions").observe(max(lag, 0))
+
+    def on_external(self, controller, receipt) -> None:
+        """Counts one external actor's batch (gRPC), like a rollout's frames."""
+        m = self.m
+        m("frames_total", source="external").inc(
+            receipt.frames * controller.config.collector.frame_skip
+        )
+        m("transitions_total", source="external").inc(receipt.frames)
+        m("episodes_total").inc(len(receipt.episode_returns))
+
+    def on_round(self, controller, receipt) -> None:
+        """Counts one learner round."""
+        m = self.m
+        m("optim_steps_total").inc(receipt.optim_steps)
+        m("model_version").set(receipt.model_version)
+        m("step_latency_seconds").observe(receipt.sample_s + receipt.train_s)
+        for term, value in receipt.metrics.items():
+            if math.isfinite(value):
+                m("loss", term=term).set(value)
+
+    def on_progress(self, controller, snapshot: dict) -> None:
+        """Refreshes gauges from a progress snapshot."""
+        m = self.m
+        c = controller.counters
+        m("published_version").set(c.published_version)
+        m("learner_generation").set(c.generation)
+        self.metrics["exploration"].clear()
+        for param, value in snapshot.get("exploration", {}).items():
+            if isinstance(value, list | tuple):  # one per collector: param="epsilons[3]"
+                for index, item in enumerate(value):
+                    m("exploration", param=f"{param}[{index}]").set(float(item))
+            else:
+                m("exploration", param=param).set(float(value))
+        m("frames_per_second").set(snapshot["frames_per_s"])
+        m("updates_per_second").set(snapshot["updates_per_s"])
+        m("update_to_data_ratio").set(c.optim_steps / max(c.collected_frames, 1))
+        self._advance("collector_restarts_total", c.collector_failures)
+        self._advance("replay_restarts_total", c.replay_restarts)
+        self._advance("replay_items_lost_total", c.replay_items_lost)
+        self._advance("env_errors_total", c.env_errors)
+        self._advance("nonfinite_steps_total", c.nonfinite_steps)
+        for shard in snapshot.get("replay", []):
+            label = str(shard["shard_id"])
+            m("replay_size", shard=label).set(shard["size"])
+            self._advance("replay_inserts_total", shard["write_count"], shard=label)
+            self._advance("replay_samples_total", shard["sample_count"], shard=label)
+            self._advance(
+                "replay_priority_updates_total", shard.get("priority_updates", 0), shard=label
+            )
+        for key, name in (
+            ("episode_return_mean", "episode_return"),
+            ("episode_length_mean", "episode_length"),
+        ):
+            if not math.isnan(snapshot[key]):
+                m(name).set(snapshot[key])
+        evaluation = snapshot.get("evaluation")
+        if evaluation:
+            m("eval_episode_return").set(evaluation["episode_return_mean"])
+            m("eval_version").set(evaluation["version"])
+
+    def on_checkpoint(self, controller, path, seconds: float) -> None:
+        """Records a successful checkpoint."""
+        self.m("checkpoint_duration_seconds").set(seconds)
+        self.m("checkpoint_last_success_timestamp_seconds").set_to_current_time()
+
+    def _advance(self, name: str, total: float, **labels: str) -> None:
+        """Moves a counter up to an absolute ``total`` reported by a component."""
+        key = (name, tuple(sorted(labels.items())))
+        delta = total - self._seen.get(key, 0)
+        if delta > 0:
+            self.m(name, **labels).inc(delta)
+            self._seen[key] = total
+
+    def close(self) -> None:
+        """Stops the HTTP server and removes the ``file_sd`` target file, if any."""
+        self.server.shutdown()
+        self.server.server_close()
+        if self.sd_file is not None:
+            self.sd_file.unlink(missing_ok=True)
+            self.sd_file = None

@@ -1,1 +1,0 @@
-"""The ``relayrl`` protobuf package."""

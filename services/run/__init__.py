@@ -1,0 +1,1 @@
+"""One run's life: launch, run id and directory, storage root, the embedded Ray."""
