@@ -5,4 +5,10 @@ Subcommands (each prints progress to stderr and one JSON object as its last line
       over seeds (:mod:`services.bench.solve`).
     * ``grpc``: external insert throughput over gRPC against a raw gRPC stream of the same
       bytes (:mod:`services.bench.grpc`).
+    * ``atari``: the pixel data path (:mod:`services.bench.atari`; ``--compile``:
+      :mod:`services.bench.compiled`).
+    * ``marl``: IQL, VDN and QMIX on Spread against random play (:mod:`services.bench.marl`).
+    * ``soak``: faults injected on a schedule (:mod:`services.bench.soak`).
+    * ``checkpoint``: cut and restore times of a run holding 1 M transitions
+      (:mod:`services.bench.checkpoint`).
 """

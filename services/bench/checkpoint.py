@@ -1,4 +1,4 @@
-"""``python -m services.bench.checkpoint``: checkpoint and restore times of a full-size run.
+"""``python -m services.bench checkpoint``: checkpoint and restore times of a full-size run.
 
 Starts the real services on an embedded local Ray (2 collectors, 2 replay shards, one learner),
 fills replay with ``--transitions`` CartPole transitions (default 1 M) through the replay client,
@@ -40,7 +40,7 @@ def fill(controller: Controller, transitions: int, chunk: int = 50_000) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """Runs the benchmark and prints its JSON line."""
-    parser = argparse.ArgumentParser(prog="python -m services.bench.checkpoint")
+    parser = argparse.ArgumentParser(prog="python -m services.bench checkpoint")
     parser.add_argument("--transitions", type=int, default=1_000_000)
     args = parser.parse_args(argv)
     root = Path(tempfile.mkdtemp(prefix="relayrl-ckpt-bench-"))
