@@ -5,21 +5,17 @@ Layout:
     * ``env``: vector envs in gymnasium's ``NEXT_STEP`` autoreset mode, from a gymnasium id or a
       ``package.module:function`` factory (with ``env_kwargs``), sync or async; per-env seeds
       derived from the run seed and the collector index.
-    * ``policy``: :class:`ModelSpec` (the Q-network shared with the learners, optionally with
-      dueling heads) and :class:`EpsilonGreedy`, batched over envs; exploration parameters
-      (``epsilon``, ``random``, ``deterministic``) set by the driver's schedule on each rollout.
-    * ``stochastic``: :class:`ActorCriticSpec` and categorical / Gaussian actor-critics that
-      store each action's ``log_prob`` and the critic's ``value`` (PPO, A2C, REINFORCE).
-    * ``squashed``: :class:`SquashedGaussianSpec`, SAC's tanh-Gaussian actor and its policy
-      (uniform random actions during warm-up).
+    * ``networks``: the room both collectors and learners import for the run's network: the
+      :class:`~collector.networks.NetworkSpec` protocol and its specs (``q_mlp``: the DQN MLP
+      with epsilon-greedy; ``actor_critic``: categorical / Gaussian actor-critics storing
+      ``log_prob`` and ``value``; ``squashed``: SAC's tanh-Gaussian actor; ``cnn``: Nature and
+      IMPALA torsos over uint8 stacks; ``agents``: one parameter-shared agent Q-network with
+      per-agent epsilon-greedy; ``common``: exploration parameters, MLP trunks, dueling heads).
     * ``multiagent``: :class:`ParallelVectorEnv`, PettingZoo parallel envs (cooperative
       multi-agent, the ``marl`` extra) as one vector env: agent fields stacked
       ``[num_envs, n_agents, ...]``, the global state, the team reward and team episode ends.
-    * ``agents``: :class:`AgentQSpec`, one parameter-shared agent Q-network (observation plus a
-      one-hot agent id) and per-agent epsilon-greedy (IQL, VDN, QMIX).
     * ``nstep``: :class:`NStepBuffer`, n-step windows built collector-side (off-policy).
     * ``atari``: :func:`make_atari`, Atari envs with the DQN preprocessing (``atari`` extra);
-      ``cnn``: :class:`PixelQSpec`, the Nature-DQN CNN or IMPALA ResNet over uint8 stacks;
       ``framestream``: :class:`FrameStreamBuffer`, n-step transitions written as frame streams
       for frame-deduplicated replay (``replay.frame_stack``).
     * ``advantages``: :func:`gae` and :func:`returns_to_go`, pure and hand-checked.
@@ -107,26 +103,26 @@ _EXPORTS = {
     "EnvError": "collector.env",
     "GuardedEnv": "collector.env",
     "FrameStreamBuffer": "collector.framestream",
-    "PixelQSpec": "collector.cnn",
+    "PixelQSpec": "collector.networks.cnn",
     "make_atari": "collector.atari",
     "OnPolicyTransform": "collector.config",
     "OnPolicyWorker": "collector.onpolicy",
-    "SquashedGaussianSpec": "collector.squashed",
-    "TanhGaussianPolicy": "collector.squashed",
+    "SquashedGaussianSpec": "collector.networks.squashed",
+    "TanhGaussianPolicy": "collector.networks.squashed",
     "gae": "collector.advantages",
     "returns_to_go": "collector.advantages",
-    "ActorCriticSpec": "collector.stochastic",
+    "ActorCriticSpec": "collector.networks.actor_critic",
     "Collector": "collector.actor",
     "CollectorConfig": "collector.config",
     "CollectorGroup": "collector.group",
     "CollectorsPausedError": "collector.group",
-    "EpsilonGreedy": "collector.policy",
-    "ModelSpec": "collector.policy",
+    "EpsilonGreedy": "collector.networks.q_mlp",
+    "ModelSpec": "collector.networks.q_mlp",
     "NStepBuffer": "collector.nstep",
     "RolloutBatch": "collector.rollout",
     "RolloutReceipt": "collector.receipts",
     "RolloutWorker": "collector.rollout",
-    "StochasticActor": "collector.stochastic",
+    "StochasticActor": "collector.networks.actor_critic",
 }
 
 __all__ = sorted(_EXPORTS)

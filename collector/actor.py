@@ -83,8 +83,8 @@ class Collector:
         env_id: Gymnasium id or ``module:function`` env factory.
         num_envs: Sub-environments stepped in one vector env.
         model_spec: Network spec (``ModelSpec`` for DQN, ``ActorCriticSpec`` for PPO, A2C and
-            REINFORCE, ``SquashedGaussianSpec`` for SAC, ``collector.agents.AgentQSpec`` for
-            IQL, VDN and QMIX). A spec with ``make_vector_env`` builds the envs (same
+            REINFORCE, ``SquashedGaussianSpec`` for SAC, ``collector.networks.agents.AgentQSpec``
+            for IQL, VDN and QMIX). A spec with ``make_vector_env`` builds the envs (same
             arguments as :func:`collector.env.make_vector_env`).
         shards: Replay shard handles, or their actor names in namespace ``relayrl`` (preferred:
             restartable actors should not hold handles in their constructor arguments).

@@ -52,7 +52,7 @@ import torch
 
 from collector.env import env_seeds, make_vector_env
 from collector.group import CollectorGroup
-from collector.policy import ModelSpec
+from collector.networks.q_mlp import ModelSpec
 from replay.shard import remote_shard
 
 logger = logging.getLogger("collector.bench")

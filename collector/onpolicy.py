@@ -50,7 +50,7 @@ class OnPolicyWorker(CountsEpisodes):
 
     Examples:
         >>> from collector.env import make_vector_env
-        >>> from collector.stochastic import ActorCriticSpec
+        >>> from collector.networks.actor_critic import ActorCriticSpec
         >>> spec = ActorCriticSpec(4, 2)
         >>> policy = spec.make_policy(spec.build(), np.random.SeedSequence(0))
         >>> envs = make_vector_env("CartPole-v1", 2, autoreset="same_step")

@@ -48,7 +48,8 @@ class RolloutWorker(CountsEpisodes):
 
     Args:
         envs: A gymnasium vector env in ``NEXT_STEP`` autoreset mode.
-        policy: Has ``act(obs_batch, explore) -> (actions, extras)`` (see ``collector.policy``).
+        policy: Has ``act(obs_batch, explore) -> (actions, extras)`` (see
+            ``collector.networks.q_mlp``).
         seeds: One reset seed per sub-env.
 
     Keyword Args:
@@ -59,7 +60,7 @@ class RolloutWorker(CountsEpisodes):
 
     Examples:
         >>> from collector.env import make_vector_env
-        >>> from collector.policy import ModelSpec
+        >>> from collector.networks.q_mlp import ModelSpec
         >>> spec = ModelSpec(4, 2)
         >>> policy = spec.make_policy(spec.build(), np.random.SeedSequence(0))
         >>> worker = RolloutWorker(make_vector_env("CartPole-v1", 2), policy, [1, 2], n_step=3)

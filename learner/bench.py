@@ -32,7 +32,7 @@ import torch
 from tensordict import TensorDict
 
 from collector.group import remote_collector
-from collector.policy import ModelSpec
+from collector.networks.q_mlp import ModelSpec
 from learner.config import LearnerConfig
 from learner.core import LearnerCore
 from learner.group import LearnerGroup

@@ -56,7 +56,7 @@ class LearnerConfig:
         dueling: Dueling Q-network heads (value and advantage streams).
         pixel_torso: The convolutional torso of Q-networks over pixel frames (``[S, H, W]``
             uint8 observations, e.g. Atari): ``nature`` (Nature-DQN CNN) or ``impala``
-            (IMPALA ResNet); see ``collector.cnn``.
+            (IMPALA ResNet); see ``collector.networks.cnn``.
         onpolicy: PPO, A2C and REINFORCE options (:class:`learner.options.OnPolicyOptions`).
         sac: SAC options (:class:`learner.options.SACOptions`).
         marl: IQL, VDN and QMIX options (:class:`learner.options.MultiAgentOptions`).

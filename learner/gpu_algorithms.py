@@ -20,9 +20,9 @@ import traceback
 import torch
 from tensordict import TensorDict
 
-from collector.policy import ModelSpec
-from collector.squashed import SquashedGaussianSpec
-from collector.stochastic import ActorCriticSpec
+from collector.networks.actor_critic import ActorCriticSpec
+from collector.networks.q_mlp import ModelSpec
+from collector.networks.squashed import SquashedGaussianSpec
 from learner.config import LearnerConfig
 from learner.core import LearnerCore
 

@@ -25,7 +25,7 @@ import ray
 import torch
 from tensordict import TensorDict
 
-from collector.policy import ModelSpec
+from collector.networks.q_mlp import ModelSpec
 from learner.config import LearnerConfig
 from learner.core import LearnerCore
 from learner.group import LearnerGroup

@@ -25,7 +25,7 @@ import numpy as np
 import torch
 
 from collector.env import env_seeds, make_vector_env
-from collector.policy import ModelSpec
+from collector.networks.q_mlp import ModelSpec
 from collector.rollout import RolloutWorker
 from services.grpc.client import RelayClient
 

@@ -14,7 +14,7 @@ import sys
 import grpc
 import numpy as np
 
-from collector.policy import ModelSpec
+from collector.networks.q_mlp import ModelSpec
 from services.grpc.client import RelayClient
 
 

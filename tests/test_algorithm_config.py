@@ -2,9 +2,9 @@
 
 import pytest
 
-from collector.policy import ModelSpec
-from collector.squashed import SquashedGaussianSpec
-from collector.stochastic import ActorCriticSpec
+from collector.networks.actor_critic import ActorCriticSpec
+from collector.networks.q_mlp import ModelSpec
+from collector.networks.squashed import SquashedGaussianSpec
 from services.config import ConfigError, load_config
 from services.config.spec import model_spec_for
 from tests.conftest import run_cli

@@ -201,7 +201,7 @@ def test_async_envs_with_lives_rebuild_exactly_across_terminations():
 def test_a_learner_trains_on_uint8_stacks_from_a_frame_table(rollouts):
     import torch
 
-    from collector.cnn import PixelQSpec
+    from collector.networks.cnn import PixelQSpec
     from learner.config import LearnerConfig
     from learner.core import LearnerCore
 
@@ -225,7 +225,7 @@ def test_a_learner_trains_on_uint8_stacks_from_a_frame_table(rollouts):
 def test_ppo_trains_a_pixel_actor_critic_on_pong_rollouts():
     import torch
 
-    from collector.cnn import PixelActorCriticSpec
+    from collector.networks.cnn import PixelActorCriticSpec
     from collector.onpolicy import OnPolicyTransform, OnPolicyWorker
     from learner.config import LearnerConfig
     from learner.core import LearnerCore

@@ -112,7 +112,7 @@ def test_external_inserts_are_refused_with_frame_deduplicated_replay():
 
 
 def test_ppo_on_pong_builds_a_pixel_actor_critic_and_keeps_stacks():
-    from collector.cnn import PixelActorCriticSpec
+    from collector.networks.cnn import PixelActorCriticSpec
     from services.config.spec import model_spec_for
 
     pong = [

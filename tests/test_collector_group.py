@@ -11,7 +11,7 @@ import ray
 import torch
 
 from collector.group import CollectorGroup, CollectorsPausedError
-from collector.policy import ModelSpec
+from collector.networks.q_mlp import ModelSpec
 from learner.receipts import PublishedWeights
 from replay.shard import remote_shard
 

@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from collector.env import env_seeds, make_vector_env
+from collector.networks.q_mlp import ModelSpec
 from collector.nstep import NStepBuffer
-from collector.policy import ModelSpec
 from collector.rollout import RolloutWorker
 
 

@@ -5,7 +5,7 @@ import pytest
 import ray
 import torch
 
-from collector.policy import ModelSpec
+from collector.networks.q_mlp import ModelSpec
 from learner.config import LearnerConfig
 from learner.group import LearnerGroup
 from replay.shard import remote_shard

@@ -15,8 +15,8 @@ import torch._dynamo
 import torch._dynamo.utils
 from tensordict import TensorDict
 
-from collector.cnn import PixelQSpec
-from collector.policy import ModelSpec
+from collector.networks.cnn import PixelQSpec
+from collector.networks.q_mlp import ModelSpec
 from learner.config import LearnerConfig
 from learner.core import LearnerCore
 from learner.gpu_check import arrays as random_arrays

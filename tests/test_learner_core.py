@@ -9,7 +9,7 @@ import torch.nn.functional as F
 from tensordict import TensorDict
 from torch import nn
 
-from collector.policy import ModelSpec
+from collector.networks.q_mlp import ModelSpec
 from learner.config import LearnerConfig
 from learner.core import LearnerCore
 from learner.delayed import DelayedPolicyStepper

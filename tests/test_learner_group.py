@@ -9,7 +9,7 @@ import pytest
 import ray
 import torch
 
-from collector.policy import ModelSpec
+from collector.networks.q_mlp import ModelSpec
 from learner.config import LearnerConfig
 from learner.gpu_check import arrays as random_arrays
 from learner.group import LearnerGroup, PendingRound

@@ -8,8 +8,8 @@ import torch
 from tensordict import TensorDict
 from torch import nn
 
-from collector.agents import AgentQSpec
 from collector.multiagent import ParallelVectorEnv
+from collector.networks.agents import AgentQSpec
 from collector.rollout import RolloutWorker
 from learner.core import LearnerCore
 from learner.losses.marl import MultiAgentQLoss

@@ -5,8 +5,8 @@ import torch
 
 from collector.advantages import gae
 from collector.env import make_vector_env
+from collector.networks.actor_critic import ActorCriticSpec
 from collector.onpolicy import OnPolicyTransform, OnPolicyWorker
-from collector.stochastic import ActorCriticSpec
 
 SCRIPTED = "tests.test_collector_nstep:ScriptedEnv"
 

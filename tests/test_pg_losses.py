@@ -5,8 +5,8 @@ import pytest
 import torch
 from tensordict import TensorDict
 
-from collector.squashed import SquashedGaussianSpec
-from collector.stochastic import ActorCriticSpec
+from collector.networks.actor_critic import ActorCriticSpec
+from collector.networks.squashed import SquashedGaussianSpec
 from learner.config import LearnerConfig
 from learner.core import LearnerCore
 from learner.losses import A2CLoss, PPOLoss, ReinforceLoss, SACLoss

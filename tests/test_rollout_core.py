@@ -3,9 +3,9 @@ import pytest
 import torch
 
 from collector.env import env_seeds, make_vector_env
-from collector.policy import EpsilonGreedy, ModelSpec
+from collector.networks.actor_critic import ActorCriticSpec
+from collector.networks.q_mlp import EpsilonGreedy, ModelSpec
 from collector.rollout import RolloutWorker
-from collector.stochastic import ActorCriticSpec
 
 
 def make_worker(num_envs=4, seed=0):

@@ -6,8 +6,8 @@ import pytest
 import torch
 from tensordict import TensorDict
 
-from collector.cnn import PixelActorCriticSpec
-from collector.stochastic import ActorCriticSpec
+from collector.networks.actor_critic import ActorCriticSpec
+from collector.networks.cnn import PixelActorCriticSpec
 from learner.config import LearnerConfig
 from learner.core import LearnerCore
 from learner.losses.ppo import ppo_loss
@@ -77,7 +77,7 @@ CASES = {
         ActorCriticSpec(3, 2, "gaussian", (16, 16), log_std_init=-0.5),
         OnPolicyOptions(ent_coef=0.02, normalize_advantage=False),
     ),
-    # a shared CNN torso: the actor output is forward()'s first half (collector.cnn)
+    # a shared CNN torso: the actor output is forward()'s first half (collector.networks.cnn)
     "pixels": (PixelActorCriticSpec(4, 36, 36, 6), OnPolicyOptions(ent_coef=0.01)),
 }
 

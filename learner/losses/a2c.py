@@ -21,7 +21,7 @@ class A2CLoss(nn.Module):
     """A2C's policy-gradient, value and entropy terms.
 
     Args:
-        actor_critic: ``collector.stochastic.ActorCritic`` (the published policy).
+        actor_critic: ``collector.networks.actor_critic.ActorCritic`` (the published policy).
 
     Keyword Args:
         vf_coef: Weight of the value loss.

@@ -1,7 +1,7 @@
 """Deep Q-learning (Mnih et al., 2015) with double Q (van Hasselt et al., 2016).
 
 Dueling heads (Wang et al., 2016) are a property of the Q-network (``learner.dueling``, see
-``collector.policy.DuelingHead``), not of the loss.
+``collector.networks.q_mlp.DuelingHead``), not of the loss.
 """
 
 from __future__ import annotations

@@ -39,8 +39,8 @@ class MultiAgentQLoss(nn.Module):
     error follows the QMIX paper (gradients are clipped by the stepper's ``max_grad_norm``).
 
     Args:
-        agent_network: The shared agent network (``collector.agents.AgentQNetwork``), the one
-            published to collectors.
+        agent_network: The shared agent network (``collector.networks.agents.AgentQNetwork``), the
+            one published to collectors.
 
     Keyword Args:
         mixer: ``none``, ``vdn`` or ``qmix``.

@@ -28,7 +28,7 @@ class PPOLoss(nn.Module):
     """PPO's clipped surrogate, value and entropy terms.
 
     Args:
-        actor_critic: ``collector.stochastic.ActorCritic`` (the published policy).
+        actor_critic: ``collector.networks.actor_critic.ActorCritic`` (the published policy).
 
     Keyword Args:
         clip_epsilon: Ratio clipping ``eps``.

@@ -24,7 +24,7 @@ class ReinforceLoss(nn.Module):
     """REINFORCE's policy-gradient term, plus the baseline's regression and an entropy bonus.
 
     Args:
-        actor_critic: ``collector.stochastic.ActorCritic`` (the published policy).
+        actor_critic: ``collector.networks.actor_critic.ActorCritic`` (the published policy).
 
     Keyword Args:
         baseline: Train the critic as a baseline (its values are subtracted collector-side).

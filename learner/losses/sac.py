@@ -1,8 +1,8 @@
 """Soft actor-critic (Haarnoja et al., 2018), with a learned temperature.
 
 Twin Q-networks ``Q_1, Q_2`` with Polyak-averaged targets ``Q'_1, Q'_2``, a tanh-Gaussian actor
-``pi`` (``collector.squashed``) and a temperature ``alpha = exp(log_alpha)``. For a batch of
-``observation s, action a, reward r, next_observation s', terminated d`` and the n-step
+``pi`` (``collector.networks.squashed``) and a temperature ``alpha = exp(log_alpha)``. For a batch
+of ``observation s, action a, reward r, next_observation s', terminated d`` and the n-step
 ``discount`` (``gamma^k``)::
 
     a' ~ pi(. | s')
@@ -28,7 +28,7 @@ import torch.nn.functional as F
 from tensordict import TensorDict
 from torch import nn
 
-from collector.policy import mlp_trunk
+from collector.networks.common import mlp_trunk
 
 
 class QNetwork(nn.Module):
@@ -48,7 +48,7 @@ class SACLoss(nn.Module):
     """SAC's critic, actor and temperature losses (see the module docstring).
 
     Args:
-        actor: ``collector.squashed.SquashedGaussianActor`` (the published policy).
+        actor: ``collector.networks.squashed.SquashedGaussianActor`` (the published policy).
 
     Keyword Args:
         gamma: Discount used when a batch carries no ``n_step_discount``.

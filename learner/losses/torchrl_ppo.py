@@ -1,8 +1,9 @@
 """TorchRL's PPO without glue: ``learner.loss: torchrl:ClipPPOLoss`` with ``algorithm: ppo``.
 
 :class:`TorchRLPPOLoss` builds ``torchrl.objectives.ClipPPOLoss`` around the run's actor-critic
-(``collector.stochastic.ActorCritic``, or the pixel one of ``collector.cnn``), the module
-published to collectors, so TorchRL's loss trains exactly the parameters collectors sample with:
+(``collector.networks.actor_critic.ActorCritic``, or the pixel one of ``collector.networks.cnn``),
+the module published to collectors, so TorchRL's loss trains exactly the parameters collectors
+sample with:
 
 * the actor is a ``ProbabilisticActor`` over the network's actor output (``observation`` ->
   ``actor_output``) whose distribution is the network's own ``distribution(out)`` (categorical

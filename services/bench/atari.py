@@ -2,7 +2,7 @@
 
 Measured side by side in one run on one Ray instance, with the DQN preprocessing of
 ``collector.atari`` (frame skip 4, 84x84 grayscale, stacks of 4) and the Nature CNN
-(``collector.cnn``) as the policy:
+(``collector.networks.cnn``) as the policy:
 
 * ``ratio_collect``: agent steps per second of one Collector actor writing frame streams to a
   frame-deduplicated replay shard (``replay.frame_stack: 4``), over those of a raw loop (the
@@ -45,9 +45,9 @@ import ray
 import torch
 
 from collector.bench import BenchWeights
-from collector.cnn import PixelQSpec
 from collector.env import env_seeds, make_vector_env
 from collector.group import CollectorGroup, remote_collector
+from collector.networks.cnn import PixelQSpec
 from collector.rollout import RolloutWorker
 from learner.bench import publish_to_use
 from learner.config import LearnerConfig

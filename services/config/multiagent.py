@@ -3,7 +3,7 @@
 ``services.config.recipes`` registers three recipes (``iql``, ``vdn``, ``qmix``) that differ only in
 ``learner.marl.mixer``; they share the off-policy loop, the ``marl`` loss
 (``learner.losses.marl``), the per-agent epsilon-greedy collector policy over one
-parameter-shared agent network (``collector.agents``), and the env wrapper
+parameter-shared agent network (``collector.networks.agents``), and the env wrapper
 (``collector.multiagent``). This module holds what the registry calls: the defaults (Spread,
 ``simple_spread_v3`` from ``mpe2``), the refusals, the env's spaces and the model spec.
 """
@@ -150,7 +150,7 @@ def check_spaces(config, obs_space: gym.Space, action_space: gym.Space) -> None:
 
 def agent_q_spec(config, obs_space: gym.Space, action_space: gym.Space):
     """The parameter-shared agent Q-network spec for the wrapper's spaces (imports torch)."""
-    from collector.agents import AgentQSpec
+    from collector.networks.agents import AgentQSpec
 
     check_spaces(config, obs_space, action_space)
     n_agents, width = obs_space["observation"].shape

@@ -30,7 +30,7 @@ import numpy as np
 from collector.config import OnPolicyTransform
 from services.config import multiagent
 
-# Algorithms whose networks take stacked uint8 frames [S, H, W] (collector.cnn).
+# Algorithms whose networks take stacked uint8 frames [S, H, W] (collector.networks.cnn).
 PIXEL_ALGORITHMS = ("dqn", "ppo", "a2c")
 SpecBuilder = Callable[[Any, gym.Space, gym.Space], Any]
 
@@ -119,10 +119,10 @@ def _pixels(obs_space: gym.Space) -> bool:
 
 # The spec builders import torch-based modules on use: validating a config needs no torch.
 def _q_network(config, obs_space: gym.Space, action_space: gym.Space):
-    from collector.policy import ModelSpec
+    from collector.networks.q_mlp import ModelSpec
 
     if _pixels(obs_space):
-        from collector.cnn import PixelQSpec
+        from collector.networks.cnn import PixelQSpec
 
         stack, height, width = (int(x) for x in obs_space.shape)
         return PixelQSpec(
@@ -140,10 +140,10 @@ def _q_network(config, obs_space: gym.Space, action_space: gym.Space):
 
 
 def _actor_critic(config, obs_space: gym.Space, action_space: gym.Space):
-    from collector.stochastic import ActorCriticSpec
+    from collector.networks.actor_critic import ActorCriticSpec
 
     if _pixels(obs_space):
-        from collector.cnn import PixelActorCriticSpec
+        from collector.networks.cnn import PixelActorCriticSpec
 
         stack, height, width = (int(x) for x in obs_space.shape)
         return PixelActorCriticSpec(
@@ -160,7 +160,7 @@ def _actor_critic(config, obs_space: gym.Space, action_space: gym.Space):
 
 
 def _squashed_actor(config, obs_space: gym.Space, action_space: gym.Space):
-    from collector.squashed import SquashedGaussianSpec
+    from collector.networks.squashed import SquashedGaussianSpec
 
     obs_dim = _flat_box(config, obs_space)
     return SquashedGaussianSpec(
@@ -424,7 +424,7 @@ def check_spaces(config, obs_space: gym.Space, action_space: gym.Space) -> None:
             f"{config.collector.env_id} has {action_space}"
         )
     if algo.name in ("ppo", "a2c") and _pixels(obs_space) and not config.replay.frame_stack:
-        return  # a categorical actor-critic with a CNN torso (collector.cnn)
+        return  # a categorical actor-critic with a CNN torso (collector.networks.cnn)
     if algo.name == "dqn" and _pixels(obs_space):
         if config.replay.frame_stack not in (0, obs_space.shape[0]):
             raise AlgorithmConfigError(
@@ -437,7 +437,7 @@ def check_spaces(config, obs_space: gym.Space, action_space: gym.Space) -> None:
                 "frame-deduplicated replay (replay.frame_stack) does not take; set "
                 f"replay.frame_stack=0 to serve them, got port {config.grpc.port}"
             )
-        return  # the Q-network is a CNN over the frames (collector.cnn)
+        return  # the Q-network is a CNN over the frames (collector.networks.cnn)
     if config.replay.frame_stack:
         raise AlgorithmConfigError(
             f"replay.frame_stack: needs stacked uint8 frames [S, H, W] and algorithm dqn "

@@ -20,7 +20,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from collector.policy import Explore, exploration, mlp_trunk
+from collector.networks.common import Explore, exploration, mlp_trunk
 
 LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0
 

@@ -20,7 +20,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from collector.policy import DuelingHead, EpsilonGreedy
+from collector.networks.common import DuelingHead
+from collector.networks.q_mlp import EpsilonGreedy
 
 TORSOS = ("nature", "impala")
 
@@ -128,7 +129,8 @@ class PixelActorCriticSpec:
 
     One convolutional torso feeds a policy head (logits) and a value head, as in the PPO Atari
     setups of Schulman et al. (2017) and CleanRL; the collector policy is
-    :class:`collector.stochastic.StochasticActor`, which stores ``log_prob`` and ``value``.
+    :class:`collector.networks.actor_critic.StochasticActor`, which stores ``log_prob`` and
+    ``value``.
 
     Attributes:
         frame_stack: Frames per observation (input channels).
@@ -163,7 +165,7 @@ class PixelActorCriticSpec:
 
     def make_policy(self, network: PixelActorCritic, seed: np.random.SeedSequence):
         """The sampling policy collectors run with this module."""
-        from collector.stochastic import StochasticActor
+        from collector.networks.actor_critic import StochasticActor
 
         return StochasticActor(network, seed)
 

@@ -19,7 +19,7 @@ import torch
 from torch import nn
 
 from collector.multiagent import ParallelVectorEnv
-from collector.policy import DuelingHead, Explore, exploration, mlp_trunk
+from collector.networks.common import DuelingHead, Explore, exploration, mlp_trunk
 
 
 class AgentQNetwork(nn.Module):

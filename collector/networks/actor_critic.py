@@ -6,7 +6,7 @@ the matching collector policy. Each step the policy samples actions from its dis
 returns, per env, the action's ``log_prob`` under the sampling policy and the critic's ``value``
 of the observation; the collector stores both with the transition, so the learner can form
 importance ratios (PPO) and the collector advantages (GAE, returns-to-go). SAC's tanh-Gaussian
-actor with a state-dependent scale lives in ``collector.squashed``.
+actor with a state-dependent scale lives in ``collector.networks.squashed``.
 
 Distributions:
     * ``categorical``: logits over ``action_dim`` discrete actions.
@@ -30,7 +30,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from collector.policy import Explore, exploration
+from collector.networks.common import Explore, exploration
 
 DISTRIBUTIONS = ("categorical", "gaussian")
 _LOG_SQRT_2PI = 0.5 * math.log(2 * math.pi)
@@ -117,7 +117,7 @@ class ActorCritic(nn.Module):
         if self.spec.distribution == "categorical":
             return torch.distributions.Categorical(logits=out)
         if self.spec.squash:
-            raise NotImplementedError("squashed Gaussians: use collector.squashed (SAC)")
+            raise NotImplementedError("squashed Gaussians: use collector.networks.squashed (SAC)")
         scale = self.log_std.expand_as(out).exp()
         return torch.distributions.Independent(torch.distributions.Normal(out, scale), 1)
 

@@ -1,74 +1,19 @@
-"""Policy networks and exploration for collectors.
+"""The MLP Q-network (DQN) and epsilon-greedy action selection over it.
 
-The network architecture is described by a small frozen :class:`ModelSpec` that the driver hands
-to both collectors and learners, so both build the same module and exchange plain state dicts.
-
-A spec is anything with ``build() -> nn.Module`` and ``make_policy(network, seed) -> policy``; a
-policy has ``act(obs, explore) -> (actions, extras)`` (extras: per-env arrays stored with each
-transition, e.g. ``log_prob`` and ``value``) and ``state_dict``/``load_state_dict`` for its RNG.
-:class:`ModelSpec` makes :class:`EpsilonGreedy` (DQN); ``collector.stochastic.ActorCriticSpec``
-makes categorical or Gaussian actor-critics (PPO, A2C, REINFORCE);
-``collector.squashed.SquashedGaussianSpec`` makes SAC's tanh-Gaussian actor;
-``collector.agents.AgentQSpec`` makes per-agent epsilon-greedy over one parameter-shared agent
-network (IQL, VDN, QMIX). A spec may also have ``make_vector_env`` (the arguments of
-:func:`collector.env.make_vector_env`) when its policy needs another env interface: the
-multi-agent spec builds PettingZoo envs wrapped by ``collector.multiagent``.
-
-Exploration parameters travel as a small mapping set by the driver's schedule on every rollout
-(:func:`exploration`): ``epsilon`` (epsilon-greedy), ``random`` (uniform random actions, e.g.
-during ``init_random_frames``), ``deterministic`` (the policy's greedy form: argmax, mode or
-mean, for evaluation). A plain float is read as ``{"epsilon": value}``.
+:class:`ModelSpec` builds an MLP ``obs_dim -> hidden... -> num_actions`` (optionally with a
+dueling head) and makes :class:`EpsilonGreedy`, the collectors' policy over it; the same spec is
+handed to learners, so both build the same module and exchange plain state dicts.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
-from typing import Any
 
 import numpy as np
 import torch
 from torch import nn
 
-Explore = float | Mapping[str, Any] | None
-
-
-def exploration(explore: Explore) -> dict[str, Any]:
-    """Normalizes exploration parameters: a float is an epsilon, None is no exploration.
-
-    Examples:
-        >>> exploration(0.1), exploration(None), exploration({"random": True})
-        ({'epsilon': 0.1}, {}, {'random': True})
-    """
-    if explore is None:
-        return {}
-    if isinstance(explore, Mapping):
-        return dict(explore)
-    return {"epsilon": float(explore)}
-
-
-def mlp_trunk(in_dim: int, hidden_sizes: tuple[int, ...]) -> tuple[nn.Sequential, int]:
-    """ReLU hidden layers ``in_dim -> hidden...``; returns the trunk and its output width."""
-    layers: list[nn.Module] = []
-    width = in_dim
-    for hidden in hidden_sizes:
-        layers += [nn.Linear(width, hidden), nn.ReLU()]
-        width = hidden
-    return nn.Sequential(*layers), width
-
-
-class DuelingHead(nn.Module):
-    """Dueling Q-values (Wang et al., 2016): ``Q(s, a) = V(s) + A(s, a) - mean_a' A(s, a')``."""
-
-    def __init__(self, width: int, num_actions: int) -> None:
-        super().__init__()
-        self.value = nn.Linear(width, 1)
-        self.advantage = nn.Linear(width, num_actions)
-
-    def forward(self, features: torch.Tensor) -> torch.Tensor:
-        """Q-values ``[..., num_actions]`` from trunk features."""
-        advantage = self.advantage(features)
-        return self.value(features) + advantage - advantage.mean(dim=-1, keepdim=True)
+from collector.networks.common import DuelingHead, Explore, exploration, mlp_trunk
 
 
 @dataclasses.dataclass(frozen=True)

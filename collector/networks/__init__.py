@@ -1,0 +1,58 @@
+"""The networks collectors act with and learners train: one room both sides import.
+
+A run's network is described by a small frozen **spec** that the driver builds once from the
+env's spaces and the algorithm's recipe and hands to collectors, learners and the evaluator, so
+every process builds the same module and they exchange plain state dicts. Every spec fulfils
+:class:`NetworkSpec`:
+
+    * ``build() -> nn.Module``: a freshly initialized network (torch's global RNG);
+    * ``make_policy(network, seed) -> Policy``: the collector policy over that network, with
+      ``act(obs, explore) -> (actions, extras)`` (extras: per-env arrays stored with each
+      transition, e.g. ``log_prob`` and ``value``) and ``state_dict``/``load_state_dict`` for
+      its RNG;
+    * optionally ``make_vector_env(...)`` (the arguments of :func:`collector.env.make_vector_env`)
+      when its policy needs another env interface (the multi-agent spec builds PettingZoo envs
+      wrapped by ``collector.multiagent``).
+
+The specs:
+    * ``q_mlp``: :class:`~collector.networks.q_mlp.ModelSpec`, an MLP Q-network (optionally
+      dueling) under epsilon-greedy exploration (DQN);
+    * ``actor_critic``: :class:`~collector.networks.actor_critic.ActorCriticSpec`, categorical or
+      Gaussian actor-critics (PPO, A2C, REINFORCE);
+    * ``squashed``: :class:`~collector.networks.squashed.SquashedGaussianSpec`, SAC's
+      tanh-Gaussian actor in the env's bounds;
+    * ``cnn``: :class:`~collector.networks.cnn.PixelQSpec` and
+      :class:`~collector.networks.cnn.PixelActorCriticSpec`, Nature and IMPALA torsos over
+      stacked uint8 frames;
+    * ``agents``: :class:`~collector.networks.agents.AgentQSpec`, one parameter-shared agent
+      Q-network with per-agent epsilon-greedy (IQL, VDN, QMIX);
+    * ``common``: exploration parameters, MLP trunks, the dueling head.
+
+Examples:
+    >>> import numpy as np
+    >>> from collector.networks.q_mlp import ModelSpec
+    >>> spec = ModelSpec(obs_dim=4, num_actions=2)
+    >>> isinstance(spec, NetworkSpec)
+    True
+    >>> policy = spec.make_policy(spec.build(), np.random.SeedSequence(0))
+    >>> actions, extras = policy.act(np.zeros((3, 4), np.float32), {"epsilon": 0.0})
+    >>> actions.shape, extras
+    ((3,), {})
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol, runtime_checkable
+
+
+@runtime_checkable
+class NetworkSpec(Protocol):
+    """What the driver hands collectors and learners to build the run's network."""
+
+    def build(self) -> Any:
+        """Returns a freshly initialized ``nn.Module``."""
+        ...
+
+    def make_policy(self, network: Any, seed: Any) -> Any:
+        """The collector policy over ``network`` seeded by a ``numpy.random.SeedSequence``."""
+        ...
