@@ -9,7 +9,7 @@ from google.protobuf.message import DecodeError
 from replay.wire import experience_pb2 as pb
 from replay.wire.batches import BatchError, check_insert, encode_arrays
 from replay.wire.reader import parse_insert
-from services.config.spec import env_transition_spec
+from services.grpc.transitions import env_transition_spec
 from tests.grpc_probe import transitions
 
 SPEC = env_transition_spec("CartPole-v1")

@@ -34,9 +34,26 @@ trains ``algorithm: ppo`` around relayrl's actor-critic (``learner.losses.torchr
 ``learner.loss``.
 
 Examples:
+    >>> import torch
+    >>> from tensordict import TensorDict
+    >>> from collector.networks.q_mlp import ModelSpec
+    >>> from learner.config import LearnerConfig
     >>> config = LearnerConfig(loss="torchrl:DQNLoss", loss_options={"double_dqn": True})
-    >>> loss = torchrl_loss(policy_network, config)  # doctest: +SKIP
-    >>> loss(batch)["loss_q"]  # doctest: +SKIP
+    >>> loss = torchrl_loss(ModelSpec(obs_dim=4, num_actions=2).build(), config)
+    >>> batch = TensorDict(
+    ...     {
+    ...         "observation": torch.randn(8, 4),
+    ...         "action": torch.randint(0, 2, (8,)),
+    ...         "reward": torch.ones(8),
+    ...         "next_observation": torch.randn(8, 4),
+    ...         "terminated": torch.zeros(8, dtype=torch.bool),
+    ...         "truncated": torch.zeros(8, dtype=torch.bool),
+    ...         "n_step_discount": torch.full((8,), 0.99),
+    ...     },
+    ...     batch_size=[8],
+    ... )
+    >>> sorted(loss(batch).keys())
+    ['loss_q', 'td_error']
 """
 
 from __future__ import annotations

@@ -43,9 +43,26 @@ sample with:
 ``ClipPPOLoss`` has no target network, so there is no ``update_target``.
 
 Examples:
+    >>> import torch
+    >>> from tensordict import TensorDict
+    >>> from collector.networks.actor_critic import ActorCriticSpec
+    >>> from learner.config import LearnerConfig
     >>> config = LearnerConfig(loss="torchrl:ClipPPOLoss", loss_options={"entropy_coeff": 0.01})
-    >>> loss = torchrl_ppo_loss(ActorCriticSpec(4, 2).build(), config)  # doctest: +SKIP
-    >>> sum(v for k, v in loss(batch).items() if k.startswith("loss_"))  # doctest: +SKIP
+    >>> loss = torchrl_ppo_loss(ActorCriticSpec(4, 2, "categorical").build(), config)
+    >>> batch = TensorDict(
+    ...     {
+    ...         "observation": torch.randn(8, 4),
+    ...         "action": torch.randint(0, 2, (8,)),
+    ...         "log_prob": torch.full((8,), -0.69),
+    ...         "value": torch.zeros(8),
+    ...         "advantage": torch.randn(8),
+    ...         "value_target": torch.randn(8),
+    ...     },
+    ...     batch_size=[8],
+    ... )
+    >>> out = loss(batch)
+    >>> sorted(k for k in out.keys() if k.startswith("loss_"))
+    ['loss_critic', 'loss_entropy', 'loss_objective']
 """
 
 from __future__ import annotations

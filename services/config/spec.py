@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
 
 import gymnasium as gym
 
 from collector.env import is_factory_path, resolve_factory
-from replay.wire.batches import TransitionSpec, transition_spec
 from services.config import multiagent
 from services.config.recipes import AlgorithmConfigError, algorithm_for, check_spaces, spec_for
 from services.config.run import ConfigError, RunConfig
@@ -90,15 +88,3 @@ def model_spec_for(config: RunConfig, spaces: Spaces | None = None):
         return spec_for(config, obs_space, action_space)
     except AlgorithmConfigError as err:
         raise ConfigError(str(err)) from None
-
-
-def env_transition_spec(env_id: str, env_kwargs: Mapping | None = None) -> TransitionSpec:
-    """Makes the env once (a gymnasium id or ``module:function``) and reads its spec."""
-    if is_factory_path(env_id):
-        env = resolve_factory(env_id)(**dict(env_kwargs or {}))
-    else:
-        env = gym.make(env_id, **dict(env_kwargs or {}))
-    try:
-        return transition_spec(env.observation_space, env.action_space)
-    finally:
-        env.close()

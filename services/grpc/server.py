@@ -179,7 +179,7 @@ def serve_run(config, controller) -> GrpcServer | None:
     """
     if not config.grpc.enabled:
         return None
-    from services.config.spec import env_transition_spec
+    from services.grpc.transitions import env_transition_spec
 
     spec = env_transition_spec(config.collector.env_id, config.collector.env_kwargs)
     server = GrpcServer(
