@@ -9,18 +9,18 @@ rollout is always stored.
 
 Why one stepper thread that also fetches and sends: every time another Python thread of the
 process takes the GIL while the envs are being stepped, the stepping thread loses the GIL and
-waits to get it back. On the 2-core development machine a helper thread that merely wakes 200
-times a second slowed a raw stepping loop by about 4% (1,000 times: 11%). When rollout threads
-fetched weights and serialized writes concurrently with stepping, the stepping thread was
-switched out about 240 times a second; doing that work on the stepper, between rollouts, costs
-well under 1% of its time (about 105 switches a second remain). Small replay writes also skip
-the object store (see ``collector.config.INLINE_WRITE_BYTES``).
+waits to get it back, so even a helper thread that merely wakes now and then slows a raw
+stepping loop. When rollout threads fetched weights and serialized writes concurrently with
+stepping, the stepping thread was switched out often; doing that work on the stepper, between
+rollouts, leaves few switches (the figures are in ``docs/benchmarks.md``, "Design
+measurements"). Small replay writes also skip the object store (see
+``collector.config.INLINE_WRITE_BYTES``).
 
 What remains: in a threaded actor, Ray's main thread takes the GIL every 10 ms to check for
-signals (``CoreWorker.CheckSignal``), about 60 switches a second; the same raw loop run inside a
-threaded actor measured 6-8% slower than in a plain one. A plain (single-threaded) actor avoids
-it, but could then neither overlap write acknowledgements with stepping nor answer control calls
-(pause, weights, state) during a rollout.
+signals (``CoreWorker.CheckSignal``), so the same raw loop runs a little slower inside a
+threaded actor than in a plain one. A plain (single-threaded) actor avoids it, but could then
+neither overlap write acknowledgements with stepping nor answer control calls (pause, weights,
+state) during a rollout.
 """
 
 from __future__ import annotations

@@ -30,9 +30,9 @@ first order; ``ratio_one`` and ``ratio_two`` are the medians over rounds, and
 ``ratio_one_rounds`` / ``ratio_two_rounds`` list every round's ratio. The ``*_fps`` figures are
 medians over their block.
 Rollouts default to 8192 frames: a rollout's fixed costs (the replay write, the receipt, the
-driver's round trip, the shard's call) are paid once per rollout; 2048-frame rollouts measured
-about 0.8 of the raw loop on the 2-core development machine. The last line of output is one
-JSON object.
+driver's round trip, the shard's call) are paid once per rollout, so shorter rollouts reach a
+smaller share of the raw loop (figures in ``docs/benchmarks.md``). The last line of output is
+one JSON object.
 """
 
 from __future__ import annotations

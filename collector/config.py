@@ -47,9 +47,8 @@ class CollectorConfig:
         envs_per_collector: Sub-environments per collector (one vector env).
         vector_mode: ``sync`` (in-process) or ``async`` (subprocess per env).
         rollout_frames: Frames asked of one rollout call; a multiple of ``envs_per_collector``.
-            Larger rollouts amortize per-call costs (``python -m collector.bench``: 8192 frames
-            reach about 0.85-0.9 of the raw env loop, 2048 about 0.8); smaller ones give fresher
-            weights and finer pacing.
+            Larger rollouts amortize per-call costs (``python -m collector.bench``; figures in
+            ``docs/benchmarks.md``); smaller ones give fresher weights and finer pacing.
         max_inflight: Rollout calls kept in flight per collector.
         frame_skip: Emulator frames per agent step, for frame counting only (set it to the
             env's own frame skip, e.g. 4 for ALE; relayrl does not repeat actions).

@@ -81,8 +81,9 @@ def trainable(module: nn.Module) -> list[nn.Parameter]:
 def make_optimizer(parameters: Iterable[nn.Parameter], config) -> torch.optim.Optimizer:
     """The optimizer named by ``config.optimizer`` with ``lr`` and ``weight_decay``.
 
-    Adam, AdamW and SGD use torch's fused kernels (on CPU too: about 3x faster steps for small
-    networks than the per-tensor loop), falling back where a device has none.
+    Adam, AdamW and SGD use torch's fused kernels (on CPU too: much faster steps for small
+    networks than the per-tensor loop, see ``docs/benchmarks.md``), falling back where a device
+    has none.
     """
     params = list(parameters)
     kinds = {

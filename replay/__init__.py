@@ -42,9 +42,10 @@ Using it from a learner (prioritized, annealed beta, priority updates, prefetch)
     client.flush_updates(wait=True)                         # all applied before the round ends
 
 Prefetch: ``sample(n, prefetch=k)`` keeps ``k`` batches ahead of the one it returns and fetches
-them ``k`` at a time (one call per shard per ``k`` batches: Ray calls cost about 1 ms of CPU,
-so fewer and larger calls are what makes the rates of ``python -m replay.bench``); prefetched
-batches were drawn from the shards' state when fetched, like Ape-X's. Priority updates:
+them ``k`` at a time (one call per shard per ``k`` batches: a Ray call costs as much CPU as
+moving a large batch, see ``docs/benchmarks.md``, so fewer and larger calls are what makes the
+rates of ``python -m replay.bench``); prefetched batches were drawn from the shards' state when
+fetched, like Ape-X's. Priority updates:
 ``update_priorities`` sends at once (``defer=False``) unless the previous update call to that
 shard is still in flight, in which case the updates wait and go together; ``defer=True`` holds
 them until the next sample request carries them (no extra call); :meth:`ReplayClient.flush_updates`

@@ -1,10 +1,10 @@
 """Large replay writes through shared memory, for a writer on the same node as its shard.
 
 A write that travels as a Ray argument is copied into the object store by the writer and mapped
-by the shard; for megabyte batches the object store's per-object work dominates (about 2-3 ms
-for an Atari-sized batch of 1.8 MB on the 2-core development machine, against under 1 ms this
-way). Here the writer copies the batch into a reusable block, a file in ``/dev/shm`` (memory,
-not disk), and sends only the block's path and layout; the shard maps the block once and copies
+by the shard; for megabyte batches the object store's per-object work dominates (several times
+the cost of this way for an Atari-sized batch; figures in ``docs/benchmarks.md``). Here the
+writer copies the batch into a reusable block, a file in ``/dev/shm`` (memory, not disk), and
+sends only the block's path and layout; the shard maps the block once and copies
 the batch from it into its table (:meth:`replay.shard.ReplayShard.write_shared_many`). A block goes
 back to the writer's pool when the write is acknowledged, so it is never rewritten while read.
 

@@ -295,7 +295,13 @@ def test_manifests_parse_and_name_what_exists():
     assert cluster["head_node_type"] in cluster["available_node_types"]
     monitors = list(yaml.safe_load_all((deploy / "kuberay" / "podmonitors.yaml").read_text()))
     assert {m["kind"] for m in monitors} == {"PodMonitor"}
-    readme = (ROOT / "README.md").read_text()
-    for path in re.findall(r"deploy/[\w./-]+\.(?:yaml|yml|json)", readme):
+    docs = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+    cited = {
+        p
+        for doc in docs
+        for p in re.findall(r"deploy/[\w./-]+\.(?:yaml|yml|json)", doc.read_text())
+    }
+    assert "deploy/kuberay/rayjob.yaml" in cited
+    for path in cited:
         assert (ROOT / path).exists(), path
     assert Path(ROOT / "services" / "train.py").exists()

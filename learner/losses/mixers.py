@@ -11,9 +11,8 @@
 
 The hypernetworks see the state layer-normalized (no learned scale): MPE's positions are
 unbounded, and on raw states the hypernetworks' outputs and gradients grew until Spread runs
-collapsed after about 50-100 k frames (gradient norm 20 to 330, return -58 to -114 with one-layer
-hypernetworks); normalized, the gradient norm stayed near 20. The mixer stays monotonic in every
-agent's Q: only the inputs of the hypernetworks change.
+collapsed; normalized, the gradient norm stayed steady (figures in ``docs/benchmarks.md``). The
+mixer stays monotonic in every agent's Q: only the inputs of the hypernetworks change.
 
 Both map ``q`` ``[batch, n_agents]`` (and ``state`` ``[batch, state_dim]``) to ``[batch]``.
 """

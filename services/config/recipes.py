@@ -1,6 +1,6 @@
 """Algorithm recipes: the loop, loss, collector policy and defaults each algorithm stands for.
 
-An algorithm is three choices, not a branch in the controller (DESIGN, "Algorithms"):
+An algorithm is three choices, not a branch in the controller (``docs/algorithms.md``):
 
 * a **loop** (``services.driver.loops``): ``offpolicy`` (asynchronous collection into
   replay, learner rounds paced by the update-to-data ratio: DQN, SAC) or ``onpolicy``

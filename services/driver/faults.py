@@ -1,7 +1,7 @@
 """Fault handling on the driver: replay shard health, crash loops, stuck calls, attribution.
 
-The failure model (DESIGN.md) asks that every fault be handled and named. The pure parts live
-here; the controller calls them at loop boundaries:
+The failure model (``docs/checkpoints.md``, "Faults") asks that every fault be handled and
+named. The pure parts live here; the controller calls them at loop boundaries:
 
 - :class:`ShardMonitor` sends each replay shard a cheap ``health`` call every
   ``replay.health_interval_s`` without blocking the loop. A reply with a new incarnation means

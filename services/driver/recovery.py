@@ -1,7 +1,8 @@
 """The driver's reactions to faults, called by the controller at loop boundaries.
 
 :class:`Recovery` holds what the controller needs to absorb a fault or to stop the run naming
-it (the failure model in DESIGN.md; the monitors themselves are in ``services.driver.faults``):
+it (the failure model in ``docs/checkpoints.md``; the monitors themselves are in
+``services.driver.faults``):
 
 - a collector's death: not counted; a crash loop (``collector.crash_loop_deaths`` within
   ``collector.crash_loop_window_s``) or too many deaths overall stops the run;

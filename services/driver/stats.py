@@ -10,7 +10,7 @@ import time
 
 @dataclasses.dataclass
 class RunCounters:
-    """What the driver counts. Frames come from rollout receipts only (DESIGN rule 1).
+    """What the driver counts. Frames come from rollout receipts only (``docs/architecture.md``).
 
     Attributes:
         collected_frames: Frames counted from receipts, times ``frame_skip``.

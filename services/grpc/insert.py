@@ -1,7 +1,7 @@
 """The replay side of ``Experience/Insert``: routing, coalesced shard calls, acknowledgements.
 
-A Ray call costs about 1 ms of CPU on the development machine, as much as moving a megabyte,
-so an Insert stream does not make one call per batch. Its handler thread checks each batch and
+A Ray call costs as much CPU as moving a large batch (``docs/benchmarks.md``), so an Insert
+stream does not make one call per batch. Its handler thread checks each batch and
 queues it; the stream's sender thread takes what is queued, keeps at most ``window`` shard calls
 in flight and, when it may send, sends everything queued meanwhile: one call per shard carrying
 several batches (more batches per call exactly when the shards are the bottleneck). Each batch

@@ -1,8 +1,8 @@
 """Prometheus metrics served by the driver (prefix ``relayrl_``).
 
 The exporter owns its own registry and is fed by controller hooks, so nothing in the hot loop
-waits on it. ``METRICS`` lists every exported name with its type and help; the README's metrics
-table is generated from the same list.
+waits on it. ``METRICS`` lists every exported name with its type and help; the metrics table of
+``docs/metrics.md`` is generated from the same list.
 
 Every series carries a ``run`` label (the run id, see ``services.run.runid``), so one Prometheus
 scraping several runs, on one machine or a shared cluster, keeps them apart; each run serves its
@@ -118,7 +118,7 @@ def exported_name(name: str) -> str:
 
 
 def metrics_table() -> str:
-    """The README's metrics table, in Markdown."""
+    """The metrics table of ``docs/metrics.md``, in Markdown."""
     rows = ["| metric | type | labels | meaning |", "|---|---|---|---|"]
     for name, kind, labels, help_text in METRICS:
         shown = ", ".join((RUN_LABEL, *labels))

@@ -9,8 +9,8 @@ and the dashboard's URL::
       (try: RAY_AUTH_MODE=token ray list actors --address 127.0.0.1:61379)
 
 The dashboard's port is Ray's default 8265; when another cluster holds it, Ray takes the next
-free one, so read the URL from the log. Starting the dashboard costs about a second of Ray's
-start-up on the 2-core development machine.
+free one, so read the URL from the log. Starting the dashboard adds to Ray's start-up
+(``docs/benchmarks.md``); ``ray.dashboard: false`` saves it.
 """
 
 from __future__ import annotations
