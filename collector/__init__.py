@@ -10,7 +10,9 @@ Layout:
       with epsilon-greedy; ``actor_critic``: categorical / Gaussian actor-critics storing
       ``log_prob`` and ``value``; ``squashed``: SAC's tanh-Gaussian actor; ``cnn``: Nature and
       IMPALA torsos over uint8 stacks; ``agents``: one parameter-shared agent Q-network with
-      per-agent epsilon-greedy; ``common``: exploration parameters, MLP trunks, dueling heads).
+      per-agent epsilon-greedy; ``common``: exploration parameters, MLP trunks, dueling heads;
+      ``builders``: the ``NETWORKS`` registry a recipe's ``network`` names, spec builders from
+      the env's spaces and :class:`~collector.networks.builders.NetworkOptions`).
     * ``multiagent``: :class:`ParallelVectorEnv`, PettingZoo parallel envs (cooperative
       multi-agent, the ``marl`` extra) as one vector env: agent fields stacked
       ``[num_envs, n_agents, ...]``, the global state, the team reward and team episode ends.

@@ -4,7 +4,8 @@ Layout:
     * ``config``: :class:`LearnerConfig` (scaling, placement, sampling, loss, stepper, target
       network), validated on construction.
     * ``losses``: one TorchRL-style loss module per algorithm (TensorDict in, ``loss_*`` out),
-      each with its math in its docstring: :class:`DQNLoss` (double DQN, Huber, per-item
+      registered by name in ``losses.LOSSES`` (with the stepper ``auto`` picks for it), each
+      with its math in its docstring: :class:`DQNLoss` (double DQN, Huber, per-item
       ``td_error``), :class:`PPOLoss` (clipped surrogate, optional value clipping, entropy,
       KL and clip-fraction diagnostics), :class:`A2CLoss`, :class:`ReinforceLoss` (optional
       baseline), :class:`SACLoss` (twin Q, Polyak targets, learned temperature),
@@ -79,7 +80,7 @@ import importlib
 # Exports load on first use, so a process that unpickles one small class (a receipt, a spec)
 # does not import the whole package (torch.distributed, DDP, env machinery).
 _EXPORTS = {
-    "DQNLoss": "learner.loss",
+    "DQNLoss": "learner.losses.dqn",
     "A2CLoss": "learner.losses.a2c",
     "DefaultStepper": "learner.stepper",
     "EpochPlan": "learner.sampling",

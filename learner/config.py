@@ -5,11 +5,11 @@ from __future__ import annotations
 import dataclasses
 import re
 
+from learner.losses import LOSSES
 from learner.options import MultiAgentOptions, OnPolicyOptions, SACOptions
 
 BACKENDS = ("auto", "gloo", "nccl")
 STRATEGIES = ("PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD")
-LOSSES = ("dqn", "ppo", "a2c", "reinforce", "sac", "marl")
 STEPPERS = ("auto", "default", "mixed_precision", "delayed_policy", "multi_optimizer")
 OPTIMIZERS = ("adam", "adamw", "sgd", "rmsprop")
 GRAD_CLIPS = ("norm", "value", "none")
@@ -46,8 +46,9 @@ class LearnerConfig:
         priority_key: Per-item entry of the loss output used as the new priority.
         hidden_sizes: Hidden layer widths of the policy network (Q-network, actor-critic MLPs,
             SAC's actor).
-        loss: ``dqn``, ``ppo``, ``a2c``, ``reinforce``, ``sac``, ``marl`` (set by the run's
-            ``algorithm``) or a ``"module:factory"`` path; the factory is called as
+        loss: A built-in loss, a key of ``learner.losses.LOSSES`` (``dqn``, ``ppo``, ``a2c``,
+            ``reinforce``, ``sac``, ``marl``; set by the run's ``algorithm``), or a
+            ``"module:factory"`` path; the factory is called as
             ``factory(policy_network, config)`` and returns a module mapping a TensorDict batch
             to a TensorDict with ``loss_*`` entries (TorchRL's LossModule convention).
         loss_options: Free-form options for a user loss factory.
@@ -62,8 +63,9 @@ class LearnerConfig:
         marl: IQL, VDN and QMIX options (:class:`learner.options.MultiAgentOptions`).
         find_unused_parameters: DDP option for losses whose named methods use a subset of the
             parameters (actor-critic losses).
-        stepper: ``auto`` (``multi_optimizer`` for SAC, ``mixed_precision`` when ``precision``
-            is not fp32 or ``grad_accumulation > 1``, else ``default``), ``default``,
+        stepper: ``auto`` (the built-in loss's own stepper in ``learner.losses.LOSSES``:
+            ``multi_optimizer`` for SAC; else ``mixed_precision`` when ``precision`` is not
+            fp32 or ``grad_accumulation > 1``, else ``default``), ``default``,
             ``mixed_precision``, ``delayed_policy``, ``multi_optimizer`` (one optimizer per
             named loss method) or a ``"module:factory"`` path called as
             ``factory(loss_module, config)``.
@@ -206,7 +208,7 @@ class LearnerConfig:
         _check(
             self.loss in LOSSES or bool(_FACTORY_PATH.match(self.loss)),
             "loss",
-            f"must be one of {LOSSES} or a 'module:factory' path",
+            f"must be one of {tuple(LOSSES)} or a 'module:factory' path",
             self.loss,
         )
         _check(
@@ -341,8 +343,9 @@ class LearnerConfig:
         """The stepper actually used (``auto`` resolved)."""
         if self.stepper != "auto":
             return self.stepper
-        if self.loss == "sac":
-            return "multi_optimizer"
+        builtin = LOSSES.get(self.loss)
+        if builtin is not None and builtin.stepper is not None:
+            return builtin.stepper
         plain = self.precision == "fp32" and self.grad_accumulation == 1
         return "default" if plain else "mixed_precision"
 

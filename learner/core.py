@@ -12,7 +12,8 @@ from torch import nn
 from learner.compilation import compile_policy
 from learner.config import LearnerConfig
 from learner.delayed import DelayedPolicyStepper
-from learner.loss import LossDispatch, LossFactory, loss_factory_for
+from learner.loss import LossDispatch
+from learner.losses import LossFactory, loss_factory_for
 from learner.multi import MultiOptimizerStepper
 from learner.plugins import resolve_factory
 from learner.precision import MixedPrecisionStepper

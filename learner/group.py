@@ -13,7 +13,7 @@ from ray.util.placement_group import remove_placement_group
 
 from learner.config import LearnerConfig
 from learner.core import stepper_factory_for
-from learner.loss import loss_factory_for
+from learner.losses import loss_factory_for
 from learner.placement import place_ranks
 from learner.receipts import (
     ProtocolError,

@@ -4,13 +4,13 @@ This follows TorchRL's ``LossModule`` convention: the optimizer minimizes the su
 ``loss_*`` entries, and any other entry is a detached diagnostic (a per-item entry such as
 ``td_error`` can feed prioritized replay).
 
-A loss is chosen by ``LearnerConfig.loss``: a built-in name (``dqn``, ``ppo``, ``a2c``,
-``reinforce``, ``sac``: one module each in ``learner.losses``) or a ``"module:factory"`` path; a
-factory is called as ``factory(policy_network, config)``. The policy network (built from the
-model spec, the one published to collectors) is passed in; a loss may build further networks itself
-(critics, target copies). Losses with several terms optimized separately expose them as named
-methods (``loss_actor(batch)``, ``loss_critic(batch)``); :class:`LossDispatch` lets a stepper
-call them through DDP (``train_module(batch, method="loss_actor")``).
+A loss is chosen by ``LearnerConfig.loss``: a built-in name (a key of ``learner.losses.LOSSES``,
+one module each in ``learner.losses``) or a ``"module:factory"`` path; a factory is called as
+``factory(policy_network, config)`` (:func:`learner.losses.loss_factory_for`). The policy network
+(built from the model spec, the one published to collectors) is passed in; a loss may build further
+networks itself (critics, target copies). Losses with several terms optimized separately expose them
+as named methods (``loss_actor(batch)``, ``loss_critic(batch)``); :class:`LossDispatch` lets a
+stepper call them through DDP (``train_module(batch, method="loss_actor")``).
 """
 
 from __future__ import annotations
@@ -19,10 +19,7 @@ import torch
 from tensordict import TensorDict
 from torch import nn
 
-from learner.losses import LOSSES, LossFactory, loss_factory_for
-from learner.losses.dqn import DQNLoss, dqn_loss
-
-__all__ = ["LOSSES", "DQNLoss", "LossDispatch", "LossFactory", "dqn_loss", "loss_factory_for"]
+__all__ = ["LossDispatch"]
 
 
 class LossDispatch(nn.Module):

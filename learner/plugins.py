@@ -20,7 +20,7 @@ def resolve_factory(path: str, field: str) -> Callable:
         ValueError: If the module cannot be imported or the attribute is missing or not callable.
 
     Examples:
-        >>> resolve_factory("learner.loss:dqn_loss", "loss").__name__
+        >>> resolve_factory("learner.losses.dqn:dqn_loss", "loss").__name__
         'dqn_loss'
     """
     module_name, _, attr_path = path.partition(":")

@@ -1,6 +1,12 @@
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
 from services.config import ConfigError, RunConfig, load_config
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_defaults_validate_and_digest_is_stable():
@@ -78,3 +84,18 @@ def test_epsilon_schedule():
     assert collector.epsilon(500) == pytest.approx(0.55)
     assert collector.epsilon(1000) == pytest.approx(0.1)
     assert collector.epsilon(10**9) == pytest.approx(0.1)
+
+
+def test_validating_a_config_imports_no_torch():
+    # A fresh interpreter: this one has imported torch for other tests.
+    code = (
+        "import sys\n"
+        "from services.config import load_config\n"
+        "for name in ('dqn', 'ppo', 'a2c', 'reinforce', 'sac'):\n"
+        "    load_config(overrides=[f'algorithm={name}'])\n"
+        "print('torch' in sys.modules)\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
+    assert result.stdout.strip() == "False", result.stderr

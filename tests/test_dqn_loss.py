@@ -2,7 +2,7 @@ import torch
 from tensordict import TensorDict
 from torch import nn
 
-from learner.loss import DQNLoss
+from learner.losses.dqn import DQNLoss
 from learner.stepper import total_loss
 
 

@@ -278,7 +278,7 @@ def test_delayed_policy_stepper_updates_the_actor_every_other_step():
 
 
 def test_loss_named_by_path_and_bad_paths_refused():
-    core = LearnerCore(SPEC, LearnerConfig(loss="learner.loss:dqn_loss"))
+    core = LearnerCore(SPEC, LearnerConfig(loss="learner.losses.dqn:dqn_loss"))
     assert core.train([random_batch(8, seed=0)])["loss_q"] > 0
     with pytest.raises(ValueError, match="loss: cannot import module 'no_such_module'"):
         LearnerCore(SPEC, LearnerConfig(loss="no_such_module:make"))

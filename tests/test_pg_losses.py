@@ -9,7 +9,10 @@ from collector.networks.actor_critic import ActorCriticSpec
 from collector.networks.squashed import SquashedGaussianSpec
 from learner.config import LearnerConfig
 from learner.core import LearnerCore
-from learner.losses import A2CLoss, PPOLoss, ReinforceLoss, SACLoss
+from learner.losses.a2c import A2CLoss
+from learner.losses.ppo import PPOLoss
+from learner.losses.reinforce import ReinforceLoss
+from learner.losses.sac import SACLoss
 
 SPEC = ActorCriticSpec(obs_dim=3, action_dim=2)
 

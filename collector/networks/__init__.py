@@ -2,8 +2,9 @@
 
 A run's network is described by a small frozen **spec** that the driver builds once from the
 env's spaces and the algorithm's recipe and hands to collectors, learners and the evaluator, so
-every process builds the same module and they exchange plain state dicts. Every spec fulfils
-:class:`NetworkSpec`:
+every process builds the same module and they exchange plain state dicts. The recipe names its
+network by a key of ``NETWORKS`` (``builders``), as it names its loop and loss. Every spec
+fulfils :class:`NetworkSpec`:
 
     * ``build() -> nn.Module``: a freshly initialized network (torch's global RNG);
     * ``make_policy(network, seed) -> Policy``: the collector policy over that network, with
@@ -26,7 +27,10 @@ The specs:
       stacked uint8 frames;
     * ``agents``: :class:`~collector.networks.agents.AgentQSpec`, one parameter-shared agent
       Q-network with per-agent epsilon-greedy (IQL, VDN, QMIX);
-    * ``common``: exploration parameters, MLP trunks, the dueling head.
+    * ``common``: exploration parameters, MLP trunks, the dueling head;
+    * ``builders``: ``NETWORKS``, spec name -> ``builder(options, observation_space,
+      action_space)`` with :class:`~collector.networks.builders.NetworkOptions` (no torch
+      until a builder runs; refusals name ``collector.env_id``).
 
 Examples:
     >>> import numpy as np

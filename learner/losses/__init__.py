@@ -20,31 +20,54 @@ per-item ``td_error`` can feed prioritized replay. Each module's docstring state
 
 A factory is called as ``factory(policy_network, learner_config)``; the policy network is the
 one published to collectors, and a loss builds whatever else it needs (critics, targets).
+
+:data:`LOSSES` is the one registry of built-in losses: ``LearnerConfig`` validates
+``learner.loss`` against it and resolves ``stepper: auto`` from it, the algorithm recipes
+(``services.config.recipes``) name its keys, and :func:`loss_factory_for` builds from it. It
+holds ``module:factory`` paths, imported on use, so validating a config imports no torch.
+
+Examples:
+    >>> LOSSES["sac"]
+    BuiltinLoss(factory='learner.losses.sac:sac_loss', stepper='multi_optimizer')
+    >>> from learner.config import LearnerConfig
+    >>> loss_factory_for(LearnerConfig(loss="dqn")).__name__
+    'dqn_loss'
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
+from typing import Any
 
-from torch import nn
-
-from learner.losses.a2c import A2CLoss, a2c_loss
-from learner.losses.dqn import DQNLoss, dqn_loss
-from learner.losses.marl import MultiAgentQLoss, marl_loss
-from learner.losses.ppo import PPOLoss, ppo_loss
-from learner.losses.reinforce import ReinforceLoss, reinforce_loss
-from learner.losses.sac import SACLoss, sac_loss
 from learner.plugins import resolve_factory
 
-LossFactory = Callable[[nn.Module, object], nn.Module]
+# ``factory(policy_network: nn.Module, learner_config) -> nn.Module`` (torch imported on use).
+LossFactory = Callable[[Any, Any], Any]
 
-LOSSES: dict[str, LossFactory] = {
-    "dqn": dqn_loss,
-    "ppo": ppo_loss,
-    "a2c": a2c_loss,
-    "reinforce": reinforce_loss,
-    "sac": sac_loss,
-    "marl": marl_loss,
+
+@dataclasses.dataclass(frozen=True)
+class BuiltinLoss:
+    """A built-in loss: where its factory lives and the stepper it needs.
+
+    Attributes:
+        factory: ``module:factory`` path of its factory, imported when a learner builds it.
+        stepper: The stepper ``learner.stepper: auto`` picks for it (e.g. ``multi_optimizer``
+            for one optimizer per named loss method); None: ``default``, or
+            ``mixed_precision`` for another precision or gradient accumulation.
+    """
+
+    factory: str
+    stepper: str | None = None
+
+
+LOSSES: dict[str, BuiltinLoss] = {
+    "dqn": BuiltinLoss("learner.losses.dqn:dqn_loss"),
+    "ppo": BuiltinLoss("learner.losses.ppo:ppo_loss"),
+    "a2c": BuiltinLoss("learner.losses.a2c:a2c_loss"),
+    "reinforce": BuiltinLoss("learner.losses.reinforce:reinforce_loss"),
+    "sac": BuiltinLoss("learner.losses.sac:sac_loss", stepper="multi_optimizer"),
+    "marl": BuiltinLoss("learner.losses.marl:marl_loss"),
 }
 
 
@@ -55,7 +78,7 @@ def loss_factory_for(config) -> LossFactory:
         ValueError: If a factory path cannot be resolved.
     """
     if config.loss in LOSSES:
-        return LOSSES[config.loss]
+        return resolve_factory(LOSSES[config.loss].factory, "loss")
     if config.loss.startswith("torchrl:"):  # a torchrl.objectives class (the torchrl extra)
         from learner.losses.torchrl_loss import torchrl_loss
 
@@ -63,14 +86,4 @@ def loss_factory_for(config) -> LossFactory:
     return resolve_factory(config.loss, "loss")
 
 
-__all__ = [
-    "LOSSES",
-    "A2CLoss",
-    "DQNLoss",
-    "LossFactory",
-    "MultiAgentQLoss",
-    "PPOLoss",
-    "ReinforceLoss",
-    "SACLoss",
-    "loss_factory_for",
-]
+__all__ = ["LOSSES", "BuiltinLoss", "LossFactory", "loss_factory_for"]

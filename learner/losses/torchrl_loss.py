@@ -29,7 +29,7 @@ collect one-step transitions (``collector.n_step: 1``, checked with the config).
 take a Q-network (``value_network``: ``DQNLoss``) train ``algorithm: dqn``; ``ClipPPOLoss``
 trains ``algorithm: ppo`` around relayrl's actor-critic (``learner.losses.torchrl_ppo``);
 :func:`torchrl_algorithm` says which, and a run whose ``algorithm`` differs is refused naming
-``learner.loss`` (``services.config.recipes.check``). Other actor-critic classes (``SACLoss``,
+``learner.loss`` (``services.config.checks.check``). Other actor-critic classes (``SACLoss``,
 ``KLPENPPOLoss``) need modules or stored data relayrl does not provide and are refused, naming
 ``learner.loss``.
 

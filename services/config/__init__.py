@@ -1,5 +1,20 @@
-"""The run configuration: sections, the YAML loader, algorithm recipes and their checks."""
+"""The run configuration: sections, the YAML loader, algorithm recipes and their checks.
 
-from services.config.run import ConfigError, RunConfig, load_config, parse_override
+Modules:
+    * ``sections``: :class:`ConfigError` and the frozen sections composed into :class:`RunConfig`.
+    * ``loader``: :func:`load_config` (YAML file + ``--set`` overrides) and :func:`parse_override`.
+    * ``recipes``: the :class:`~services.config.recipes.Algorithm` dataclass and the
+      ``ALGORITHMS`` registry: an algorithm as data (loop, loss, network, defaults).
+    * ``checks``: refusals of what an algorithm cannot run (config and env spaces), no torch.
+    * ``multiagent``: the IQL, VDN and QMIX recipes' defaults, refusals and env spaces.
+    * ``spec``: the env's spaces and the network spec a run calls for
+      (``collector.networks.builders`` filled from the config).
+
+Validating a config imports no torch. Modules inside this package import each other's modules
+(``services.config.sections``), never this package, to keep it free of cycles.
+"""
+
+from services.config.loader import load_config, parse_override
+from services.config.sections import ConfigError, RunConfig
 
 __all__ = ["ConfigError", "RunConfig", "load_config", "parse_override"]

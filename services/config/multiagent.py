@@ -1,11 +1,12 @@
 """The multi-agent recipes' parts: IQL, VDN and QMIX on PettingZoo parallel envs.
 
-``services.config.recipes`` registers three recipes (``iql``, ``vdn``, ``qmix``) that differ only in
-``learner.marl.mixer``; they share the off-policy loop, the ``marl`` loss
-(``learner.losses.marl``), the per-agent epsilon-greedy collector policy over one
-parameter-shared agent network (``collector.networks.agents``), and the env wrapper
-(``collector.multiagent``). This module holds what the registry calls: the defaults (Spread,
-``simple_spread_v3`` from ``mpe2``), the refusals, the env's spaces and the model spec.
+``services.config.recipes`` registers three recipes (``iql``, ``vdn``, ``qmix``) that differ
+only in ``learner.marl.mixer``; they share the off-policy loop, the ``marl`` loss
+(``learner.losses.marl``), the ``agents`` network (``collector.networks.builders``: per-agent
+epsilon-greedy over one parameter-shared agent network, ``collector.networks.agents``), and the
+env wrapper (``collector.multiagent``). This module holds what the recipes and their checks
+call: the defaults (Spread, ``simple_spread_v3`` from ``mpe2``), the refusals and the env's
+spaces.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from collector.multiagent import (
     make_parallel_env,
     vector_spaces,
 )
+from collector.networks.builders import is_agent_spaces
 
 SPREAD = "mpe2.simple_spread_v3:parallel_env"
 MIXER_OF = {"iql": "none", "vdn": "vdn", "qmix": "qmix"}
@@ -137,33 +139,8 @@ def env_spaces(config) -> tuple[gym.Space, gym.Space]:
 
 def check_spaces(config, obs_space: gym.Space, action_space: gym.Space) -> None:
     """Refuses spaces that are not the multi-agent wrapper's (``Dict`` and ``MultiDiscrete``)."""
-    if not (
-        isinstance(obs_space, gym.spaces.Dict)
-        and "observation" in obs_space.spaces
-        and isinstance(action_space, gym.spaces.MultiDiscrete)
-    ):
+    if not is_agent_spaces(obs_space, action_space):
         raise MultiAgentConfigError(
             f"collector.env_id: {config.algorithm} needs a PettingZoo parallel env, "
             f"{config.collector.env_id} has {obs_space} and {action_space}"
         )
-
-
-def agent_q_spec(config, obs_space: gym.Space, action_space: gym.Space):
-    """The parameter-shared agent Q-network spec for the wrapper's spaces (imports torch)."""
-    from collector.networks.agents import AgentQSpec
-
-    check_spaces(config, obs_space, action_space)
-    n_agents, width = obs_space["observation"].shape
-    num_actions = int(action_space.nvec[0])
-    options = config.learner.marl
-    state = obs_space.spaces.get("state")
-    return AgentQSpec(
-        obs_dim=int(width) - (num_actions if options.prev_action else 0),
-        n_agents=int(n_agents),
-        num_actions=num_actions,
-        state_dim=0 if state is None else int(state.shape[0]),
-        hidden_sizes=tuple(config.learner.hidden_sizes),
-        dueling=config.learner.dueling,
-        prev_action=options.prev_action,
-        global_state=config.collector.global_state,
-    )

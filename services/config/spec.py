@@ -1,4 +1,10 @@
-"""The network spec a run's env and algorithm call for."""
+"""The env's spaces and the network spec a run's env and algorithm call for.
+
+The recipe names the network (``Algorithm.network``, or ``pixel_network`` over frames);
+:func:`network_options` fills the builders' :class:`~collector.networks.builders.NetworkOptions`
+from the config, and :func:`model_spec_for` calls the builder of ``collector.networks.builders``
+after the recipe's checks, turning every refusal into :class:`ConfigError`.
+"""
 
 from __future__ import annotations
 
@@ -7,9 +13,11 @@ import os
 import gymnasium as gym
 
 from collector.env import is_factory_path, resolve_factory
+from collector.networks.builders import NETWORKS, NetworkOptions
 from services.config import multiagent
-from services.config.recipes import AlgorithmConfigError, algorithm_for, check_spaces, spec_for
-from services.config.run import ConfigError, RunConfig
+from services.config.checks import check_spaces
+from services.config.recipes import AlgorithmConfigError, algorithm_for
+from services.config.sections import ConfigError, RunConfig
 
 Spaces = tuple[gym.Space, gym.Space]
 
@@ -73,18 +81,35 @@ def check_local_gpus(config: RunConfig, *, cuda_available: bool | None = None) -
         )
 
 
+def network_options(config: RunConfig) -> NetworkOptions:
+    """What the network builders read from the run's config."""
+    return NetworkOptions(
+        env_id=config.collector.env_id,
+        hidden_sizes=tuple(config.learner.hidden_sizes),
+        dueling=config.learner.dueling,
+        pixel_torso=config.learner.pixel_torso,
+        prev_action=config.learner.marl.prev_action,
+        global_state=config.collector.global_state,
+    )
+
+
 def model_spec_for(config: RunConfig, spaces: Spaces | None = None):
     """The algorithm's model spec for the env (spaces read with :func:`env_spaces` if omitted).
 
+    Imports torch (the spec's module).
+
     Returns:
-        A ``ModelSpec`` (DQN), ``ActorCriticSpec`` (PPO, A2C, REINFORCE) or
+        The spec built by ``NETWORKS[recipe.network_for(observation_space)]``, e.g. a
+        ``ModelSpec`` (DQN), ``ActorCriticSpec`` (PPO, A2C, REINFORCE) or
         ``SquashedGaussianSpec`` (SAC).
 
     Raises:
         ConfigError: If the env id is unknown or its spaces do not suit the algorithm.
     """
     obs_space, action_space = spaces or env_spaces(config)
+    build = NETWORKS[algorithm_for(config).network_for(obs_space)]
     try:
-        return spec_for(config, obs_space, action_space)
-    except AlgorithmConfigError as err:
+        check_spaces(config, obs_space, action_space)
+        return build(network_options(config), obs_space, action_space)
+    except ValueError as err:  # AlgorithmConfigError, or a builder's refusal naming the field
         raise ConfigError(str(err)) from None

@@ -104,7 +104,7 @@ def reserve_services(config, run_id: str, *, timeout_s: float | None = None) -> 
     """Reserves one bundle per collector and replay shard of a run, waiting up to a timeout.
 
     Args:
-        config: The run's :class:`services.config.run.RunConfig`.
+        config: The run's :class:`services.config.sections.RunConfig`.
         run_id: The run id (names the group ``<run id>.services``).
 
     Keyword Args:

@@ -1,7 +1,7 @@
 """The ``grpc`` section of the run config: the driver's gRPC server (see ``services.grpc.server``).
 
-``services.config.run`` composes it into ``RunConfig`` (``--set grpc.port=0``); its errors name the
-field like every section's (``grpc.token: required when ...``).
+``services.config.sections`` composes it into ``RunConfig`` (``--set grpc.port=0``); its errors name
+the field like every section's (``grpc.token: required when ...``).
 """
 
 from __future__ import annotations

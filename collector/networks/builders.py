@@ -1,0 +1,191 @@
+"""The network registry: a spec name in a recipe -> the builder of that spec for the env's spaces.
+
+An algorithm's recipe (``services.config.recipes``) names its network as it names its loop and
+loss: ``network`` for flat observations and, where it takes stacked frames, ``pixel_network``.
+The driver fills :class:`NetworkOptions` from the run's config and calls
+``NETWORKS[name](options, observation_space, action_space)`` once; the spec it returns
+(a :class:`~collector.networks.NetworkSpec`) goes to collectors, learners and the evaluator.
+
+    * ``q_mlp``: :class:`~collector.networks.q_mlp.ModelSpec` (DQN);
+    * ``cnn_q``: :class:`~collector.networks.cnn.PixelQSpec` (DQN on stacked frames);
+    * ``actor_critic``: :class:`~collector.networks.actor_critic.ActorCriticSpec`, categorical
+      for a ``Discrete`` action space, Gaussian for a ``Box`` (PPO, A2C, REINFORCE);
+    * ``cnn_actor_critic``: :class:`~collector.networks.cnn.PixelActorCriticSpec` (PPO, A2C on
+      stacked frames);
+    * ``squashed``: :class:`~collector.networks.squashed.SquashedGaussianSpec` (SAC);
+    * ``agents``: :class:`~collector.networks.agents.AgentQSpec` (IQL, VDN, QMIX).
+
+A builder refuses spaces it cannot serve with a ``ValueError`` naming the config field
+(``collector.env_id: ...``). This module imports no torch (each builder imports its spec's
+module on use), so a config is validated without it.
+
+Examples:
+    >>> import gymnasium as gym
+    >>> options = NetworkOptions(env_id="CartPole-v1", hidden_sizes=(32,))
+    >>> spec = NETWORKS["q_mlp"](options, gym.spaces.Box(-1, 1, (4,)), gym.spaces.Discrete(2))
+    >>> spec.obs_dim, spec.num_actions, spec.hidden_sizes
+    (4, 2, (32,))
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+
+import gymnasium as gym
+import numpy as np
+
+from collector.networks import NetworkSpec
+
+
+@dataclasses.dataclass(frozen=True)
+class NetworkOptions:
+    """What a builder reads besides the env's spaces (filled from the run's config).
+
+    Attributes:
+        env_id: The env (``collector.env_id``), named in refusals.
+        hidden_sizes: Hidden widths of the MLPs (``learner.hidden_sizes``).
+        dueling: Dueling Q heads (``learner.dueling``).
+        pixel_torso: ``nature`` or ``impala``, the CNN torso over frames
+            (``learner.pixel_torso``).
+        prev_action: Agents also see their previous action (``learner.marl.prev_action``).
+        global_state: The multi-agent wrapper's state source (``collector.global_state``).
+    """
+
+    env_id: str
+    hidden_sizes: tuple[int, ...] = (128, 128)
+    dueling: bool = False
+    pixel_torso: str = "nature"
+    prev_action: bool = False
+    global_state: str = "auto"
+
+
+NetworkBuilder = Callable[[NetworkOptions, gym.Space, gym.Space], NetworkSpec]
+
+
+def is_pixels(obs_space: gym.Space) -> bool:
+    """Whether observations are stacked uint8 frames ``[S, H, W]`` (e.g. ``collector.atari``)."""
+    return (
+        isinstance(obs_space, gym.spaces.Box)
+        and len(obs_space.shape) == 3
+        and obs_space.dtype == np.uint8
+    )
+
+
+def is_agent_spaces(obs_space: gym.Space, action_space: gym.Space) -> bool:
+    """Whether the spaces are the multi-agent wrapper's (``collector.multiagent``).
+
+    That is a ``Dict`` with an ``observation`` entry ``[n_agents, obs]`` and ``MultiDiscrete``
+    actions.
+    """
+    return (
+        isinstance(obs_space, gym.spaces.Dict)
+        and "observation" in obs_space.spaces
+        and isinstance(action_space, gym.spaces.MultiDiscrete)
+    )
+
+
+def flat_obs_dim(env_id: str, obs_space: gym.Space) -> int:
+    """The size of a flat ``Box`` observation, the input of the MLP networks.
+
+    Raises:
+        ValueError: Naming ``collector.env_id`` if the observation is not a flat ``Box``.
+    """
+    if not isinstance(obs_space, gym.spaces.Box) or len(obs_space.shape) != 1:
+        raise ValueError(
+            f"collector.env_id: the MLP networks need a flat Box observation, "
+            f"{env_id} has {obs_space}"
+        )
+    return int(obs_space.shape[0])
+
+
+def q_mlp(options: NetworkOptions, obs_space: gym.Space, action_space: gym.Space) -> NetworkSpec:
+    """An MLP Q-network over a flat observation, one output per discrete action."""
+    from collector.networks.q_mlp import ModelSpec
+
+    obs_dim = flat_obs_dim(options.env_id, obs_space)
+    return ModelSpec(obs_dim, int(action_space.n), options.hidden_sizes, dueling=options.dueling)
+
+
+def cnn_q(options: NetworkOptions, obs_space: gym.Space, action_space: gym.Space) -> NetworkSpec:
+    """A Q-network with a CNN torso over stacked frames."""
+    from collector.networks.cnn import PixelQSpec
+
+    stack, height, width = (int(x) for x in obs_space.shape)
+    return PixelQSpec(
+        stack, height, width, int(action_space.n), options.pixel_torso, options.dueling
+    )
+
+
+def actor_critic(
+    options: NetworkOptions, obs_space: gym.Space, action_space: gym.Space
+) -> NetworkSpec:
+    """A categorical (``Discrete`` actions) or Gaussian (``Box``) actor-critic MLP."""
+    from collector.networks.actor_critic import ActorCriticSpec
+
+    obs_dim = flat_obs_dim(options.env_id, obs_space)
+    if isinstance(action_space, gym.spaces.Discrete):
+        return ActorCriticSpec(obs_dim, int(action_space.n), "categorical", options.hidden_sizes)
+    return ActorCriticSpec(obs_dim, int(action_space.shape[0]), "gaussian", options.hidden_sizes)
+
+
+def cnn_actor_critic(
+    options: NetworkOptions, obs_space: gym.Space, action_space: gym.Space
+) -> NetworkSpec:
+    """A categorical actor-critic with a CNN torso over stacked frames."""
+    from collector.networks.cnn import PixelActorCriticSpec
+
+    stack, height, width = (int(x) for x in obs_space.shape)
+    return PixelActorCriticSpec(stack, height, width, int(action_space.n), options.pixel_torso)
+
+
+def squashed(options: NetworkOptions, obs_space: gym.Space, action_space: gym.Space) -> NetworkSpec:
+    """SAC's tanh-Gaussian actor, squashed into the ``Box`` action space's bounds."""
+    from collector.networks.squashed import SquashedGaussianSpec
+
+    obs_dim = flat_obs_dim(options.env_id, obs_space)
+    return SquashedGaussianSpec(
+        obs_dim,
+        int(action_space.shape[0]),
+        tuple(float(x) for x in action_space.low),
+        tuple(float(x) for x in action_space.high),
+        options.hidden_sizes,
+    )
+
+
+def agents(options: NetworkOptions, obs_space: gym.Space, action_space: gym.Space) -> NetworkSpec:
+    """The parameter-shared agent Q-network for the multi-agent wrapper's spaces.
+
+    Raises:
+        ValueError: Naming ``collector.env_id`` unless :func:`is_agent_spaces`.
+    """
+    from collector.networks.agents import AgentQSpec
+
+    if not is_agent_spaces(obs_space, action_space):
+        raise ValueError(
+            f"collector.env_id: the agent network needs a PettingZoo parallel env, "
+            f"{options.env_id} has {obs_space} and {action_space}"
+        )
+    n_agents, width = obs_space["observation"].shape
+    num_actions = int(action_space.nvec[0])
+    state = obs_space.spaces.get("state")
+    return AgentQSpec(
+        obs_dim=int(width) - (num_actions if options.prev_action else 0),
+        n_agents=int(n_agents),
+        num_actions=num_actions,
+        state_dim=0 if state is None else int(state.shape[0]),
+        hidden_sizes=options.hidden_sizes,
+        dueling=options.dueling,
+        prev_action=options.prev_action,
+        global_state=options.global_state,
+    )
+
+
+NETWORKS: dict[str, NetworkBuilder] = {
+    "q_mlp": q_mlp,
+    "cnn_q": cnn_q,
+    "actor_critic": actor_critic,
+    "cnn_actor_critic": cnn_actor_critic,
+    "squashed": squashed,
+    "agents": agents,
+}

@@ -1,0 +1,159 @@
+"""Refusals of what an algorithm cannot run, read from its recipe (no torch).
+
+:func:`check` runs when a :class:`~services.config.sections.RunConfig` is built (the config's
+fields against the recipe); :func:`check_spaces` runs once the env's spaces are known (before
+any actor starts). Both raise :class:`~services.config.recipes.AlgorithmConfigError` naming the
+field; the callers turn it into ``ConfigError``. No branch names an algorithm: each asks a field
+of the recipe (``loop``, ``actions``, ``pixel_network``, ``transform``, ``multi_agent``,
+``one_step_per_batch``).
+"""
+
+from __future__ import annotations
+
+import gymnasium as gym
+
+from collector.networks.builders import flat_obs_dim, is_pixels
+from services.config import multiagent
+from services.config.recipes import ALGORITHMS, AlgorithmConfigError
+
+# The algorithms that may store stacked frames once in replay (replay.frame_stack).
+_FRAME_STACKING = tuple(
+    name for name, algo in ALGORITHMS.items() if algo.pixel_network and not algo.on_policy
+)
+
+
+def check(config) -> None:
+    """Refuses combinations the algorithm cannot run (spaces: :func:`check_spaces`).
+
+    Raises:
+        AlgorithmConfigError: Naming the field.
+    """
+    algo = ALGORITHMS[config.algorithm]
+    learner, collector = config.learner, config.collector
+    if ":" not in learner.loss and learner.loss != algo.loss:
+        raise AlgorithmConfigError(
+            f"learner.loss: algorithm {algo.name} trains with {algo.loss!r} (or a "
+            f"'module:factory' loss), got {learner.loss!r}"
+        )
+    if learner.loss.startswith("torchrl:"):  # LearnerConfig has checked the torchrl extra
+        from learner.losses.torchrl_loss import check_torchrl_options, torchrl_algorithm
+
+        if torchrl_algorithm(learner.loss) != algo.name:
+            raise AlgorithmConfigError(
+                f"learner.loss: {learner.loss} trains algorithm "
+                f"{torchrl_algorithm(learner.loss)}, the run's algorithm is {algo.name}"
+            )
+        try:
+            check_torchrl_options(learner.loss, learner.loss_options)
+        except ValueError as err:
+            raise AlgorithmConfigError(str(err)) from None
+    if not algo.on_policy:
+        if config.replay.sampler == "fifo":
+            raise AlgorithmConfigError(
+                f"replay.sampler: {algo.name} is off-policy and needs uniform or prioritized "
+                "(fifo is for on-policy algorithms), got 'fifo'"
+            )
+        if algo.multi_agent:
+            try:
+                multiagent.check(config)
+            except multiagent.MultiAgentConfigError as err:
+                raise AlgorithmConfigError(str(err)) from None
+        return
+    options = learner.onpolicy
+    if config.replay.sampler != "fifo":
+        raise AlgorithmConfigError(
+            f"replay.sampler: {algo.name} is on-policy and needs 'fifo', got "
+            f"{config.replay.sampler!r}"
+        )
+    if config.controller.init_random_frames:
+        raise AlgorithmConfigError(
+            f"controller.init_random_frames: {algo.name} learns from its own samples only; "
+            f"must be 0, got {config.controller.init_random_frames}"
+        )
+    if algo.one_step_per_batch and (options.num_epochs, options.num_minibatches) != (1, 1):
+        raise AlgorithmConfigError(
+            f"learner.onpolicy.num_epochs: {algo.name.upper()} takes one gradient step per "
+            "batch; num_epochs and num_minibatches must be 1, got "
+            f"{options.num_epochs} and {options.num_minibatches}"
+        )
+    if algo.transform == "episodes":
+        return  # the batch is whatever complete episodes make
+    batch = collector.num_collectors * collector.rollout_frames
+    if batch % options.num_minibatches:
+        raise AlgorithmConfigError(
+            f"learner.onpolicy.num_minibatches: must divide the batch of {batch} transitions "
+            f"(collector.num_collectors x collector.rollout_frames), got {options.num_minibatches}"
+        )
+    minibatch = batch // options.num_minibatches
+    if minibatch % learner.world_size:
+        raise AlgorithmConfigError(
+            f"learner.world_size: each minibatch of {minibatch} is split across the ranks; "
+            f"must divide it, got {learner.world_size}"
+        )
+    per_shard = -(-collector.num_collectors // config.replay.num_shards) * collector.rollout_frames
+    if per_shard > config.replay.shard_capacity:
+        raise AlgorithmConfigError(
+            f"replay.capacity: each shard must hold one iteration's {per_shard} transitions, "
+            f"got {config.replay.shard_capacity} per shard"
+        )
+
+
+def check_spaces(config, obs_space: gym.Space, action_space: gym.Space) -> None:
+    """Refuses env spaces the algorithm cannot use (no torch needed).
+
+    What a recipe takes is read from its fields: ``actions``, ``pixel_network`` (frames, and
+    stored once in an off-policy replay with ``replay.frame_stack``), ``multi_agent``.
+
+    Raises:
+        AlgorithmConfigError: Naming ``collector.env_id``.
+    """
+    algo = ALGORITHMS[config.algorithm]
+    if algo.multi_agent:
+        try:
+            return multiagent.check_spaces(config, obs_space, action_space)
+        except multiagent.MultiAgentConfigError as err:
+            raise AlgorithmConfigError(str(err)) from None
+    discrete = isinstance(action_space, gym.spaces.Discrete)
+    box = isinstance(action_space, gym.spaces.Box) and len(action_space.shape) == 1
+    if (algo.actions == "discrete" and not discrete) or (algo.actions == "continuous" and not box):
+        kind = "a discrete" if algo.actions == "discrete" else "a continuous (Box)"
+        raise AlgorithmConfigError(
+            f"collector.env_id: {algo.name} needs {kind} action space, "
+            f"{config.collector.env_id} has {action_space}"
+        )
+    if not (discrete or box):
+        raise AlgorithmConfigError(
+            f"collector.env_id: {algo.name} needs a Discrete or flat Box action space, "
+            f"{config.collector.env_id} has {action_space}"
+        )
+    pixels = algo.pixel_network is not None and is_pixels(obs_space)
+    if pixels and not discrete:
+        raise AlgorithmConfigError(
+            f"collector.env_id: {algo.name} on pixels needs a discrete action space, "
+            f"{config.collector.env_id} has {action_space}"
+        )
+    if pixels and algo.on_policy and not config.replay.frame_stack:
+        return  # e.g. a categorical actor-critic with a CNN torso (collector.networks.cnn)
+    if pixels and not algo.on_policy:  # frames may be stored once (replay.frame_stack)
+        if config.replay.frame_stack not in (0, obs_space.shape[0]):
+            raise AlgorithmConfigError(
+                f"replay.frame_stack: must be 0 or the env's frame stack "
+                f"{obs_space.shape[0]}, got {config.replay.frame_stack}"
+            )
+        if config.replay.frame_stack and config.grpc.enabled:
+            raise AlgorithmConfigError(
+                "grpc.port: external actors insert stacked observations, which a "
+                "frame-deduplicated replay (replay.frame_stack) does not take; set "
+                f"replay.frame_stack=0 to serve them, got port {config.grpc.port}"
+            )
+        return  # e.g. a Q-network with a CNN torso over the frames (collector.networks.cnn)
+    if config.replay.frame_stack:
+        raise AlgorithmConfigError(
+            f"replay.frame_stack: needs stacked uint8 frames [S, H, W] and algorithm "
+            f"{' or '.join(_FRAME_STACKING)} (on-policy tables keep stacks), "
+            f"{config.collector.env_id} has {obs_space}; got {config.replay.frame_stack}"
+        )
+    try:
+        flat_obs_dim(config.collector.env_id, obs_space)
+    except ValueError as err:
+        raise AlgorithmConfigError(str(err)) from None
