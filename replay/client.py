@@ -53,6 +53,13 @@ class ReplayClient:
         probe_interval_s: Seconds between probes of a shard that is down.
         unavailable_timeout_s: Longest wait for items while shards are down.
 
+    Attributes:
+        shards: The shard actors, in shard order.
+        beta: Default importance-weight exponent (learners anneal it).
+        view: :class:`replay.health.ShardView`: each shard's figures, the ones that are down.
+        updates: :class:`replay.priorities.PriorityRouter`: held and in-flight priority updates.
+        fetcher: :class:`replay.fetch.SampleFetcher`: sample requests and the prefetch queue.
+
     Examples:
         >>> client = ReplayClient(shards)  # doctest: +SKIP
         >>> receipt = client.write(batch, writer_id="collector-0", seq=0)  # doctest: +SKIP
