@@ -45,7 +45,8 @@ from collector.env import EnvError, env_seeds, make_vector_env
 from collector.onpolicy import OnPolicyTransform, OnPolicyWorker
 from collector.receipts import RolloutReceipt
 from collector.rollout import RolloutBatch, RolloutWorker
-from replay.client import SHARD_FAILURES, ReplayClient
+from replay.client import ReplayClient
+from replay.health import SHARD_FAILURES
 
 logger = logging.getLogger(__name__)
 

@@ -22,8 +22,17 @@ Layout:
     * ``shm``: large writes from a writer on the shard's node through a pool of shared-memory
       blocks (``ReplayShard.write_shared_many``) instead of the object store (the driver's gRPC
       inserts use it).
-    * ``sharding`` / ``client``: :class:`ReplayClient`, which routes writes by writer, splits each
-      sample across shards, fetches the parts concurrently, prefetches, and routes priority updates.
+    * ``client``: :class:`ReplayClient`, which routes writes by writer, samples across shards,
+      routes priority updates and makes the service-wide calls (stats, clear, dump, load), each
+      job in a part of its own:
+    * ``health``: :class:`replay.health.ShardView`, the client's view of its shards (each one's
+      last figures, marking one down, probing it back) and ``SHARD_FAILURES``, what a call to a
+      shard that died or did not answer raises (collectors and the driver catch it too).
+    * ``sharding``: the pure split of a sample across shards and merge of their replies.
+    * ``fetch``: :class:`replay.fetch.SampleFetcher`, which asks every shard for its part at
+      once, draws a lost shard's part again from the others, and keeps batches ahead
+      (``prefetch``: :class:`replay.prefetch.PrefetchQueue`, its pure bookkeeping).
+    * ``priorities``: priority updates held per shard and sent one call at a time.
 
 Shard faults: a shard is a restartable actor (``replay.max_restarts``) that comes back empty
 (its ``health`` reports a new incarnation; the driver refills it from the latest checkpoint). A

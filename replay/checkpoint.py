@@ -19,26 +19,24 @@ table holds the same contents, priorities and counters and draws the same next s
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import numpy as np
 
 from replay.frames import FrameStackStorage
-from replay.npyio import CheckpointError, read_array, read_json, write_array, write_json
+from replay.npyio import (
+    CheckpointError,
+    fsync_dir,
+    read_array,
+    read_json,
+    write_array,
+    write_json,
+)
 from replay.receipts import WriteReceipt
 from replay.table import ReplayTable
 
 FORMAT = "relayrl.replay.table/1"
 META = "table.json"
-
-
-def _fsync_directory(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def dump_table(table: ReplayTable, directory: Path) -> dict:
@@ -90,7 +88,7 @@ def dump_table(table: ReplayTable, directory: Path) -> dict:
     }
     sizes = {name: record["bytes"] for name, record in records.items()}
     sizes[META] = write_json(directory / META, meta)
-    _fsync_directory(directory)
+    fsync_dir(directory)
     return {"files": sizes, "bytes": sum(sizes.values()), "items": size}
 
 

@@ -1,10 +1,13 @@
-"""The replay client: routes writes to shards, samples across them, prefetches, routes updates."""
+"""The replay client: routes writes to shards, samples across them, prefetches, routes updates.
+
+:class:`ReplayClient` composes the jobs, each in its own module: ``replay.health`` (each shard's
+figures, marking a shard down, probing it back), ``replay.fetch`` (the split of a sample across
+shards, its concurrent fetch and prefetch), ``replay.priorities`` (priority updates held, sent,
+flushed); writes and the service-wide calls (stats, clear, dump, load) are here.
+"""
 
 from __future__ import annotations
 
-import collections
-import logging
-import time
 import zlib
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -12,19 +15,13 @@ from pathlib import Path
 import numpy as np
 import ray
 
+from replay.fetch import SampleFetcher
+from replay.health import ShardUnavailableError, ShardView, shard_names
+from replay.priorities import PriorityRouter
 from replay.receipts import WriteReceipt
-from replay.samplers import EmptyReplayError, importance_weights
-from replay.sharding import PendingSample, fifo_split, shares_of, split_group
+from replay.samplers import importance_weights
+from replay.sharding import PendingSample
 from replay.storage import Batch
-
-logger = logging.getLogger(__name__)
-
-# What a call to a dead, restarting or unreachable shard raises.
-SHARD_FAILURES = (ray.exceptions.RayActorError,)
-
-
-class ShardUnavailableError(RuntimeError):
-    """A service-wide call (dump, load) could not reach a shard; the message names it."""
 
 
 class ReplayClient:
@@ -33,14 +30,12 @@ class ReplayClient:
     Writes go to one shard chosen by the writer (``shard=`` or a hash of ``writer_id``), so each
     writer's sequence numbers are checked by one shard.
 
-    A sample asks every shard at once for its part of the batch: a multinomial split in proportion
-    to the shards' sizes (uniform) or priority masses (prioritized) as of their last replies, or,
-    for FIFO, the items left in each shard's pass, so that the shards' passes end together (a
-    new pass is split by the sizes the shards report when it starts; what they store later
-    joins the pass after). Every reply refreshes that shard's figures.
-    Prioritized batches carry ``"weight"``: importance weights of the probability with which each
-    item was actually drawn (shard share times in-shard probability), normalized by the smallest
-    such probability over the whole service.
+    A sample asks every shard at once for its part of the batch, split in proportion to the
+    shards' sizes (uniform), priority masses (prioritized) or what is left of their passes
+    (FIFO) as of their last replies (``replay.fetch``). Prioritized batches carry ``"weight"``:
+    importance weights of the probability with which each item was actually drawn (shard share
+    times in-shard probability), normalized by the smallest such probability over the whole
+    service.
 
     Shard faults: a shard whose call fails because it died, is restarting or cannot be reached
     is marked down and sampled around: its share of the request is drawn again from the live
@@ -49,11 +44,21 @@ class ReplayClient:
     ``probe_interval_s``, brings it back once Ray has restarted it. While every shard is down or
     empty after a fault, sampling waits up to ``unavailable_timeout_s`` for items.
 
+    Args:
+        shards: The shard actors, in shard order.
+
     Keyword Args:
         seed: Seed of the split generator.
         beta: Default importance-weight exponent when :meth:`sample` is given none.
         probe_interval_s: Seconds between probes of a shard that is down.
         unavailable_timeout_s: Longest wait for items while shards are down.
+
+    Attributes:
+        shards: The shard actors, in shard order.
+        beta: Default importance-weight exponent (learners anneal it).
+        view: :class:`replay.health.ShardView`: each shard's figures, the ones that are down.
+        updates: :class:`replay.priorities.PriorityRouter`: held and in-flight priority updates.
+        fetcher: :class:`replay.fetch.SampleFetcher`: sample requests and the prefetch queue.
 
     Examples:
         >>> client = ReplayClient(shards)  # doctest: +SKIP
@@ -74,97 +79,50 @@ class ReplayClient:
         if not shards:
             raise ValueError("a replay client needs at least one shard")
         self.shards = list(shards)
-        self.rng = np.random.default_rng(seed)
         self.beta = beta
-        self.infos: list[dict] = [{"size": 0} for _ in self.shards]
-        self.queue_size: int | None = None
-        self.ready: collections.deque[tuple[dict, float]] = collections.deque()
-        self.inflight: collections.deque[PendingSample] = collections.deque()
-        self.deferred: list[list[tuple[np.ndarray, ...]]] = [[] for _ in self.shards]
-        self.update_refs: list[list[ray.ObjectRef]] = [[] for _ in self.shards]
-        self.fifo_inflight = np.zeros(len(self.shards), dtype=np.int64)
-        self.probe_interval_s = probe_interval_s
-        self.unavailable_timeout_s = unavailable_timeout_s
-        self.down: dict[int, tuple[ray.ObjectRef | None, float]] = {}  # shard: (probe, sent at)
-        self.faults = 0  # shard failures seen by this client
+        self.view = ShardView(self.shards, probe_interval_s=probe_interval_s, on_down=self._forget)
+        self.updates = PriorityRouter(self.shards, self.view)
+        self.fetcher = SampleFetcher(
+            self.shards,
+            self.view,
+            self.updates,
+            rng=np.random.default_rng(seed),
+            unavailable_timeout_s=unavailable_timeout_s,
+        )
+
+    # -- what callers read -------------------------------------------------------------------
+    @property
+    def rng(self) -> np.random.Generator:
+        """The split generator (learners also shuffle with it and checkpoint its state)."""
+        return self.fetcher.rng
+
+    @property
+    def infos(self) -> list[dict]:
+        """Each shard's ``info`` as of its last reply."""
+        return self.view.infos
+
+    @property
+    def sizes(self) -> np.ndarray:
+        """Each shard's size as of its last reply."""
+        return self.view.sizes
 
     # -- shard faults ------------------------------------------------------------------------
     def mark_down(self, shard: int, error: BaseException) -> None:
         """Stops routing samples and updates to ``shard`` until a probe finds it back."""
-        if shard not in self.down:
-            self.faults += 1
-            logger.warning("replay-%d unavailable, sampling around it: %s", shard, error)
-        self.down[shard] = (None, 0.0)
-        self.infos[shard] = {**self.infos[shard], "size": 0, "mass": 0.0, "remaining": 0}
-        self.deferred[shard] = []
-        self.update_refs[shard] = []
-        self.fifo_inflight[shard] = 0
+        self.view.mark_down(shard, error)
+
+    def _forget(self, shard: int) -> None:
+        """Drops what this client holds for a shard that went down (its items are gone)."""
+        self.updates.drop(shard)
+        self.fetcher.fifo_inflight[shard] = 0
 
     def probe(self) -> list[int]:
         """Checks the shards that are down without blocking; returns those that came back."""
-        back = []
-        now = time.monotonic()
-        for shard, (ref, sent) in list(self.down.items()):
-            if ref is not None and ray.wait([ref], timeout=0)[0]:
-                try:
-                    self.infos[shard] = ray.get(ref)
-                except SHARD_FAILURES:
-                    ref = None
-                else:
-                    del self.down[shard]
-                    back.append(shard)
-                    logger.info("replay-%d is back (%d items)", shard, self.infos[shard]["size"])
-                    continue
-            if ref is None and now - sent >= self.probe_interval_s:
-                self.down[shard] = (self.shards[shard].info.remote(), now)
-            elif ref is None:
-                self.down[shard] = (None, sent)
-        return back
+        return self.view.probe()
 
     def revive(self, timeout: float) -> list[int]:
         """Asks every shard that is down, and waits; returns those that answered (now live)."""
-        refs = {shard: self.shards[shard].info.remote() for shard in self.down}
-        back = []
-        for shard, ref in refs.items():
-            try:
-                self.infos[shard] = ray.get(ref, timeout=timeout)
-            except (*SHARD_FAILURES, ray.exceptions.GetTimeoutError):
-                continue
-            del self.down[shard]
-            back.append(shard)
-        return back
-
-    def _get(self, shard: int, ref: ray.ObjectRef, timeout: float | None = None):
-        """``ray.get`` of one shard's reply, or None.
-
-        None when it failed (the shard is marked down) or gave no reply within ``timeout``
-        seconds (a stuck shard is the driver's to handle).
-        """
-        try:
-            return ray.get(ref, timeout=timeout)
-        except SHARD_FAILURES as err:
-            self.mark_down(shard, err)
-            return None
-        except ray.exceptions.GetTimeoutError:
-            return None
-
-    def _wait_for_items(self) -> None:
-        """Waits while every shard is down or empty after a fault (see the class docstring).
-
-        Raises:
-            EmptyReplayError: If the shards are empty and none was lost, or none comes back
-                with items within ``unavailable_timeout_s``.
-        """
-        deadline = time.monotonic() + self.unavailable_timeout_s
-        while True:
-            self.refresh()
-            if self.sizes.sum() > 0:
-                return
-            if not self.faults or time.monotonic() >= deadline:
-                down = ", ".join(f"replay-{i}" for i in sorted(self.down)) or "none"
-                raise EmptyReplayError(f"cannot sample: every replay shard is empty (down: {down})")
-            probes = [ref for ref, _ in self.down.values() if ref is not None]
-            ray.wait(probes or [self.shards[0].info.remote()], timeout=self.probe_interval_s)
+        return self.view.revive(timeout)
 
     # -- writes ------------------------------------------------------------------------------
     def shard_for(self, writer_id: str) -> int:
@@ -185,20 +143,9 @@ class ReplayClient:
         return ray.get(self.write_async(batch, writer_id, seq, shard=shard))
 
     # -- sampling ----------------------------------------------------------------------------
-    @property
-    def sizes(self) -> np.ndarray:
-        """Each shard's size as of its last reply."""
-        return np.array([info["size"] for info in self.infos], dtype=np.int64)
-
     def refresh(self) -> list[dict]:
         """Asks every live shard for its size and masses now (probes the ones that are down)."""
-        self.probe()
-        refs = {i: s.info.remote() for i, s in enumerate(self.shards) if i not in self.down}
-        for i, ref in refs.items():
-            info = self._get(i, ref)
-            if info is not None:
-                self.infos[i] = info
-        return self.infos
+        return self.view.refresh()
 
     def refresh_sizes(self) -> np.ndarray:
         """Asks every shard for its size."""
@@ -211,22 +158,7 @@ class ReplayClient:
         Raises:
             EmptyReplayError: If every shard is empty (after asking them).
         """
-        if self.down:
-            self.probe()
-        if self.sizes.sum() == 0:
-            self._wait_for_items()
-        if self._sampler() == "fifo":
-            remaining = sum(info.get("remaining", 0) for info in self.infos)
-            if remaining < batch_size and not self.fifo_inflight.any():
-                self.refresh()  # a new pass starts: split it by the shards' sizes now
-            counts = fifo_split(batch_size, self.infos, self.fifo_inflight)
-            self.fifo_inflight += counts
-            return counts, counts / max(batch_size, 1)
-        shares = shares_of(self.infos)
-        return self.rng.multinomial(batch_size, shares), shares
-
-    def _sampler(self) -> str | None:
-        return next((info["sampler"] for info in self.infos if "sampler" in info), None)
+        return self.fetcher.split(batch_size)
 
     def sample_async(self, batch_size: int, *, num_batches: int = 1) -> PendingSample:
         """Sends one request to every shard (with any deferred priority updates).
@@ -235,49 +167,7 @@ class ReplayClient:
             batch_size: Items per batch.
             num_batches: Batches fetched by this one request (see :meth:`sample`'s prefetch).
         """
-        counts, shares = self.split(batch_size * num_batches)
-        refs = [
-            None if i in self.down else shard.sample.remote(int(n), self._take_deferred(i))
-            for i, (shard, n) in enumerate(zip(self.shards, counts, strict=True))
-        ]
-        return PendingSample(batch_size, num_batches, counts, shares, refs)
-
-    def _receive(self, pending: PendingSample) -> tuple[dict[str, np.ndarray], float]:
-        """Waits for a request's replies: ``(concatenated batch, smallest draw probability)``.
-
-        A shard that fails to answer is marked down and its part is drawn again from the live
-        shards (uniform and prioritized samplers), so the batch keeps its size.
-        """
-        replies = [None if ref is None else self._get(i, ref) for i, ref in enumerate(pending.refs)]
-        missing = sum(int(n) for n, reply in zip(pending.counts, replies, strict=True) if not reply)
-        parts, minima = [], [np.inf]
-        extra = None
-        if missing and self._sampler() != "fifo":
-            extra = self._receive(self.sample_async(missing))
-        for shard, reply in enumerate(replies):
-            if reply is None:
-                continue
-            part, info = reply
-            self.infos[shard] = info
-            if info["sampler"] == "fifo":
-                self.fifo_inflight[shard] -= pending.counts[shard]
-            if info["sampler"] == "prioritized" and info["size"] and pending.shares[shard] > 0:
-                minima.append(pending.shares[shard] * info["min_mass"] / info["mass"])
-            if part:
-                part["shard"] = np.full(len(part["index"]), shard, dtype=np.int64)
-                if "probability" in part:
-                    part["probability"] = part["probability"] * pending.shares[shard]
-                parts.append(part)
-        if extra is not None and extra[0]:
-            parts.append(extra[0])
-            minima.append(extra[1])
-        if not parts:
-            return {}, np.inf
-        batch = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
-        if "fifo_pass" in batch:  # a fetch that crosses a pass boundary: passes in order
-            order = np.argsort(batch["fifo_pass"], kind="stable")
-            batch = {k: v[order] for k, v in batch.items()}
-        return batch, min(minima)
+        return self.fetcher.send(batch_size, num_batches=num_batches)
 
     def _weigh(self, batch: dict, min_probability: float, beta: float | None) -> dict:
         if "probability" in batch:
@@ -296,7 +186,7 @@ class ReplayClient:
             whole service) and ``"weight"`` (importance weights with exponent ``beta``, default
             ``self.beta``).
         """
-        return self._weigh(*self._receive(pending), beta)
+        return self._weigh(*self.fetcher.receive(pending), beta)
 
     def sample(
         self, batch_size: int, *, beta: float | None = None, prefetch: int = 0
@@ -315,34 +205,11 @@ class ReplayClient:
             EmptyReplayError: If every shard is empty.
             ValueError: FIFO only: batches of another size are queued.
         """
-        if self.queue_size != batch_size and (self.ready or self.inflight):
-            if self.infos[0].get("sampler") == "fifo":
-                raise ValueError(
-                    f"fifo: batches of size {self.queue_size} are queued; sample that size or "
-                    "cancel_prefetch()"
-                )
-            self.cancel_prefetch()
-        self.queue_size = batch_size
-        ahead = len(self.ready) + sum(p.num_batches for p in self.inflight)
-        if ahead == 0 or ahead - 1 < prefetch:
-            self.inflight.append(self.sample_async(batch_size, num_batches=prefetch + (ahead == 0)))
-        if not self.ready:
-            pending = self.inflight.popleft()
-            batch, min_probability = self._receive(pending)
-            shuffle = None if self.infos[0].get("sampler") == "fifo" else self.rng
-            parts = split_group(batch, pending.num_batches, shuffle)
-            self.ready.extend((part, min_probability) for part in parts)
-        return self._weigh(*self.ready.popleft(), beta)
+        return self._weigh(*self.fetcher.next(batch_size, prefetch), beta)
 
     def cancel_prefetch(self) -> int:
         """Drops the queued batches; returns how many (their FIFO items are lost)."""
-        dropped = len(self.ready) + sum(p.num_batches for p in self.inflight)
-        for pending in self.inflight:
-            self._receive(pending)  # their replies carry fresher shard figures
-        self.ready.clear()
-        self.inflight.clear()
-        self.queue_size = None
-        return dropped
+        return self.fetcher.cancel()
 
     # -- priorities --------------------------------------------------------------------------
     def update_priorities(
@@ -367,40 +234,9 @@ class ReplayClient:
             ValueError: If the lengths differ, or a shard refused an earlier update (e.g. a
                 negative priority).
         """
-        shard_of = np.asarray(keys["shard"], dtype=np.int64)
-        columns = (
-            np.asarray(keys["index"], dtype=np.int64),
-            np.asarray(keys["insertion_id"], dtype=np.int64),
-            np.asarray(priorities, dtype=np.float64).reshape(-1),
-        )
-        if not len(shard_of) == len(columns[2]):
-            raise ValueError(f"{len(columns[2])} priorities for {len(shard_of)} items")
-        for shard in np.unique(shard_of):
-            mask = shard_of == shard
-            self.deferred[shard].append(tuple(c[mask] for c in columns))
+        self.updates.held.add(keys, priorities)
         if not defer:
-            self._send_updates(force=False)
-
-    def _take_deferred(self, shard: int) -> tuple[np.ndarray, ...] | None:
-        updates, self.deferred[shard] = self.deferred[shard], []
-        if not updates:
-            return None
-        return tuple(np.concatenate(c) for c in zip(*updates, strict=True))
-
-    def _send_updates(self, *, force: bool) -> None:
-        for shard, handle in enumerate(self.shards):
-            if shard in self.down:
-                continue
-            refs = self.update_refs[shard]
-            if refs:
-                done, refs = ray.wait(refs, num_returns=len(refs), timeout=0)
-                self.update_refs[shard] = refs
-                for ref in done:  # surfaces a shard's refusal
-                    self._get(shard, ref)
-                if shard in self.down:
-                    continue
-            if self.deferred[shard] and (force or not refs):
-                refs.append(handle.update_priorities.remote(*self._take_deferred(shard)))
+            self.updates.send(force=False)
 
     def flush_updates(self, *, wait: bool = False) -> None:
         """Sends every held priority update; with ``wait``, until all are applied.
@@ -408,62 +244,26 @@ class ReplayClient:
         Raises:
             ValueError: If a shard refused an update (e.g. a negative priority).
         """
-        self._send_updates(force=True)
-        if wait:
-            pending, self.update_refs = self.update_refs, [[] for _ in self.shards]
-            for shard, refs in enumerate(pending):
-                for ref in refs:
-                    self._get(shard, ref)  # a shard lost meanwhile lost its items too
+        self.updates.flush(wait=wait)
 
     # -- service-wide ------------------------------------------------------------------------
-    def _each(self, method: str, *args_per_shard, timeout: float = 600.0) -> list:
-        """Calls ``method`` on every shard in parallel; the replies in shard order.
-
-        Raises:
-            ShardUnavailableError: Naming the first shard that did not answer (died, or gave
-                no reply within ``timeout`` seconds).
-        """
-        refs = [
-            getattr(s, method).remote(*(a[i] for a in args_per_shard))
-            for i, s in enumerate(self.shards)
-        ]
-        replies = []
-        deadline = time.monotonic() + timeout
-        for i, ref in enumerate(refs):
-            try:
-                replies.append(ray.get(ref, timeout=max(deadline - time.monotonic(), 0.001)))
-            except (*SHARD_FAILURES, ray.exceptions.GetTimeoutError) as err:
-                self.mark_down(i, err)
-                message = f"replay-{i} is unavailable for {method}: {err}"
-                raise ShardUnavailableError(message) from err
-        return replies
-
     def stats(self, timeout: float = 2.0) -> list[dict]:
         """The size and counters of the shards that answer within ``timeout`` seconds.
 
         One that is down or stuck is left out.
         """
-        refs = {i: s.stats.remote() for i, s in enumerate(self.shards) if i not in self.down}
-        deadline = time.monotonic() + timeout
-        replies = [
-            self._get(i, ref, timeout=max(deadline - time.monotonic(), 0.001))
-            for i, ref in refs.items()
-        ]
-        return [reply for reply in replies if reply is not None]
+        return self.view.gather("stats", timeout)
 
     def clear(self) -> int:
         """Every shard drops its items (on-policy iteration boundary); returns how many.
 
         Prefetched batches are dropped too (they would be stale).
         """
-        self.ready.clear()
-        self.inflight.clear()
-        self.queue_size = None
-        self.fifo_inflight[:] = 0
+        self.fetcher.reset()
         refs = {i: s.clear.remote() for i, s in enumerate(self.shards)}
         # A shard that is down holds nothing; a stuck one is killed and restarted empty.
-        dropped = sum(self._get(i, ref, timeout=60.0) or 0 for i, ref in refs.items())
-        self.infos = [{**info, "size": 0, "remaining": 0} for info in self.infos]
+        dropped = sum(self.view.get(i, ref, timeout=60.0) or 0 for i, ref in refs.items())
+        self.view.infos = [{**info, "size": 0, "remaining": 0} for info in self.view.infos]
         return dropped
 
     def dump(self, directory: str | Path) -> list[dict]:
@@ -475,11 +275,11 @@ class ReplayClient:
             ShardUnavailableError: Naming a shard that is down (the dump is incomplete).
         """
         self.flush_updates(wait=True)
-        if self.down:
-            names = ", ".join(f"replay-{i}" for i in sorted(self.down))
+        if self.view.down:
+            names = shard_names(self.view.down)
             raise ShardUnavailableError(f"cannot dump the replay service: {names} down")
         paths = [str(Path(directory) / f"replay-{i}") for i in range(len(self.shards))]
-        return self._each("dump", paths)
+        return self.view.each("dump", paths)
 
     def load(self, directory: str | Path) -> list[dict]:
         """Every shard restores its table from ``directory/replay-<i>`` in parallel.
@@ -493,13 +293,11 @@ class ReplayClient:
             replay.npyio.CheckpointError: Naming a missing, truncated or corrupt file.
             ShardUnavailableError: Naming a shard that did not answer.
         """
-        self.ready.clear()
-        self.inflight.clear()
-        self.queue_size = None
-        self.deferred = [[] for _ in self.shards]
+        self.fetcher.queue.clear()
+        self.updates.held.clear()
         self.flush_updates(wait=True)
-        self.fifo_inflight[:] = 0
+        self.fetcher.fifo_inflight[:] = 0
         paths = [str(Path(directory) / f"replay-{i}") for i in range(len(self.shards))]
-        stats = self._each("load", paths)
+        stats = self.view.each("load", paths)
         self.refresh()
         return stats

@@ -1,5 +1,8 @@
 """Checkpoint files of the replay service: raw ``.npy`` arrays and JSON, checked on read, no pickle.
 
+It also holds what every checkpoint writer and reader of relayrl shares: :class:`CheckpointError`
+and :func:`fsync_dir`.
+
 Every file is written, flushed and fsynced; its size and CRC-32 go into the table's metadata, and
 reading refuses a file whose header, size or checksum differs, with a
 :class:`CheckpointError` naming the file. Arrays are read straight into their destination
@@ -22,8 +25,14 @@ HEADER_READERS = {
 }
 
 
-class CheckpointError(ValueError):
-    """A checkpoint file is missing, truncated, corrupt or inconsistent."""
+class CheckpointError(ValueError, RuntimeError):
+    """A missing, partial, corrupt or incompatible checkpoint; the message names the file.
+
+    The one checkpoint error of relayrl: the replay files' reader raises it, and so do the
+    driver's checkpoint directories (``services.checkpoints``), so one ``except`` catches a bad
+    checkpoint whichever part found it. Both bases: the replay files' error was a ``ValueError``
+    and the driver's a ``RuntimeError``, and a caller that caught either still does.
+    """
 
 
 # Files move in chunks so that the CRC of one chunk (zlib releases the GIL) overlaps the disk
@@ -121,6 +130,15 @@ def read_array(path: Path, record: dict, out: np.ndarray | None = None) -> np.nd
     if crc != record["crc32"]:
         raise CheckpointError(f"{path}: checksum mismatch (corrupt)")
     return out
+
+
+def fsync_dir(path: Path) -> None:
+    """Flushes a directory entry table to disk (so renames and new files are durable)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def write_json(path: Path, value: dict) -> int:

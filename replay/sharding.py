@@ -110,3 +110,47 @@ def fifo_split(batch_size: int, infos: Sequence[dict], inflight: np.ndarray) -> 
     if rest > 0:
         counts += largest_remainder(rest, sizes)
     return counts
+
+
+def merge_replies(
+    replies: Sequence[tuple[dict[str, np.ndarray], dict] | None],
+    shares: np.ndarray,
+    extra: tuple[dict[str, np.ndarray], float] | None = None,
+) -> tuple[dict[str, np.ndarray], float]:
+    """Concatenates the shards' parts of one sample: ``(batch, smallest draw probability)``.
+
+    Each part gets its ``"shard"``, and its in-shard ``"probability"`` becomes the probability
+    over the whole service (times the shard's share). The smallest draw probability is that of
+    the least likely item of any prioritized shard that was asked (``inf`` when none was).
+
+    Args:
+        replies: Per shard, its ``(part, info)`` reply, or None if it gave none.
+        shares: Probability with which each draw went to each shard.
+        extra: A batch drawn again for the shards that gave no reply, with its smallest
+            draw probability.
+
+    Returns:
+        The batch (``{}`` if empty); FIFO rows ordered by pass (a fetch may cross a pass's end).
+    """
+    parts, minima = [], [np.inf]
+    for shard, reply in enumerate(replies):
+        if reply is None:
+            continue
+        part, info = reply
+        if info["sampler"] == "prioritized" and info["size"] and shares[shard] > 0:
+            minima.append(shares[shard] * info["min_mass"] / info["mass"])
+        if part:
+            part = {**part, "shard": np.full(len(part["index"]), shard, dtype=np.int64)}
+            if "probability" in part:
+                part["probability"] = part["probability"] * shares[shard]
+            parts.append(part)
+    if extra is not None and extra[0]:
+        parts.append(extra[0])
+        minima.append(extra[1])
+    if not parts:
+        return {}, np.inf
+    batch = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
+    if "fifo_pass" in batch:
+        order = np.argsort(batch["fifo_pass"], kind="stable")
+        batch = {k: v[order] for k, v in batch.items()}
+    return batch, min(minima)

@@ -28,8 +28,8 @@ from concurrent.futures import ThreadPoolExecutor
 import ray
 
 from collector.config import INLINE_WRITE_ENV
+from replay.npyio import CheckpointError
 from services.checkpoints.resume import resolve_resume
-from services.checkpoints.store import CheckpointError
 from services.config import ConfigError, RunConfig, load_config
 from services.config.spec import check_local_gpus, env_spaces
 from services.driver.placement import PlacementError

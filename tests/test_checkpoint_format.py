@@ -3,7 +3,8 @@ import logging
 
 import pytest
 
-from services.checkpoints.store import CheckpointError, CheckpointStore, latest_valid, verify
+from replay.npyio import CheckpointError, read_json
+from services.checkpoints.store import CheckpointStore, latest_valid, verify
 
 
 def save(store, frames, payload=b"x" * 100):
@@ -72,3 +73,12 @@ def test_staging_leftover_is_ignored_and_empty_dir_refused(tmp_path):
         latest_valid(tmp_path)
     path = save(store, 100)
     assert latest_valid(tmp_path)[0] == path
+
+
+def test_replay_files_and_checkpoint_directories_raise_the_one_checkpoint_error(tmp_path):
+    with pytest.raises(CheckpointError, match="missing.json: cannot read") as replay_file:
+        read_json(tmp_path / "missing.json")  # a replay shard's file
+    with pytest.raises(CheckpointError, match="manifest.json: missing") as directory:
+        verify(tmp_path)  # the driver's checkpoint directory
+    for err in (replay_file.value, directory.value):  # what each one raised before still holds
+        assert isinstance(err, ValueError) and isinstance(err, RuntimeError)

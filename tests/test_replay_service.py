@@ -94,11 +94,11 @@ def test_prefetch_returns_batches_of_the_asked_size_and_fetches_in_groups(servic
     fill(client)
     batches = [client.sample(32, prefetch=3) for _ in range(7)]
     assert all(len(b["index"]) == 32 for b in batches)
-    assert len(client.ready) + sum(p.num_batches for p in client.inflight) >= 3
+    assert client.fetcher.queue.ahead >= 3
     sampled = sum(s["sample_count"] for s in client.stats())
     assert sampled == 32 * (4 + 3 + 3)  # three fetches: 1 + 3 batches, then 3, then 3
     assert client.sample(16, prefetch=0)["index"].shape == (16,)  # another size: queue dropped
-    assert not client.ready and not client.inflight
+    assert client.fetcher.queue.ahead == 0
 
 
 @pytest.mark.parametrize("service", ["fifo"], indirect=True)

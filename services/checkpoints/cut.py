@@ -23,14 +23,10 @@ from pathlib import Path
 
 import torch
 
+from replay.npyio import CheckpointError
 from services.checkpoints.resume import PINNED_FIELDS, check_compatible, resolve_resume
 from services.checkpoints.statefile import load_state, save_state
-from services.checkpoints.store import (
-    CheckpointError,
-    CheckpointStore,
-    read_json,
-    write_json,
-)
+from services.checkpoints.store import CheckpointStore, read_json, write_json
 from services.driver.stats import RunCounters
 
 logger = logging.getLogger(__name__)

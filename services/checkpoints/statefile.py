@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from services.checkpoints.store import CheckpointError
+from replay.npyio import CheckpointError
 
 ARRAY = "__array__"
 

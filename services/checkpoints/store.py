@@ -22,15 +22,13 @@ import shutil
 import time
 from pathlib import Path
 
+from replay.npyio import CheckpointError, fsync_dir
+
 logger = logging.getLogger(__name__)
 
 FORMAT_VERSION = 1
 MANIFEST = "manifest.json"
 PREFIX = "ckpt-"
-
-
-class CheckpointError(RuntimeError):
-    """A missing, partial, corrupt or incompatible checkpoint; the message names the file."""
 
 
 def sha256_file(path: Path, chunk: int = 1 << 22) -> str:
@@ -52,15 +50,6 @@ def fsync_tree(root: Path) -> None:
             finally:
                 os.close(fd)
         fsync_dir(Path(dirpath))
-
-
-def fsync_dir(path: Path) -> None:
-    """Flushes a directory entry table to disk (so renames and new files are durable)."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def list_files(root: Path) -> list[str]:

@@ -26,7 +26,8 @@ from collector.group import CollectorGroup
 from collector.receipts import RolloutReceipt
 from learner.group import LearnerGroup, PendingRound
 from learner.receipts import ProtocolError, PublishedWeights, StepReceipt
-from replay.client import ReplayClient, ShardUnavailableError
+from replay.client import ReplayClient
+from replay.health import ShardUnavailableError
 from replay.shard import remote_shards
 from services.checkpoints.cut import (
     recover_learners,

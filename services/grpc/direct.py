@@ -17,11 +17,11 @@ import time
 
 import ray
 
+from replay.health import SHARD_FAILURES
 from replay.wire.batches import ROUTE_GROUP, ExternalReceipt
 
 logger = logging.getLogger(__name__)
 
-SHARD_FAILURES = (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError)
 # Drains go out at most this often (the driver's loop may turn much faster).
 DRAIN_INTERVAL_S = 0.01
 
