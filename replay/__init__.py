@@ -70,10 +70,10 @@ their batch (write counts and writers' dedup state are kept), so each FIFO pass 
 iteration's data.
 
 Checkpoints: ``client.dump(dir)`` makes every shard write ``dir/replay-<i>/`` in parallel
-(``ReplayShard.dump(path)`` / ``ReplayTable.dump(path)`` each return their files and sizes);
-``client.load(dir)`` (``ReplayShard.load(path)``, ``ReplayTable.load(path)``) restores contents,
-priorities, counters, dedup state and sampler RNG bit for bit, and refuses a missing, truncated or
-corrupt file with :class:`CheckpointError` naming it.
+(``ReplayShard.dump(path)`` / ``replay.checkpoint.dump_table`` each return their files and sizes);
+``client.load(dir)`` (``ReplayShard.load(path)``, ``replay.checkpoint.load_table``) restores
+contents, priorities, counters, dedup state and sampler RNG bit for bit, and refuses a missing,
+truncated or corrupt file with :class:`CheckpointError` naming it.
 
 Wire format: batches travel as ``dict[str, numpy.ndarray]`` (cheap for Ray to serialize).
 Sampling when every shard is empty raises :class:`EmptyReplayError` at once (callers wait for

@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import ray
 
+from replay.checkpoint import dump_table, load_table
 from replay.config import ReplayConfig
 from replay.receipts import WriteReceipt
 from replay.shm import BlockViews, Layout, view_batch
@@ -152,7 +153,7 @@ class ReplayShard:
     def dump(self, path: str) -> dict:
         """Writes this shard's table into directory ``path``; see :meth:`ReplayTable.dump`."""
         with self.lock:
-            return self.table.dump(path)
+            return dump_table(self.table, Path(path))
 
     def load(self, path: str) -> dict:
         """Replaces this shard's table with the one dumped in ``path``; returns its stats.
@@ -162,7 +163,7 @@ class ReplayShard:
                 (the current table is kept).
         """
         old_dir = self.table.storage.directory
-        table = ReplayTable.load(path, shard_id=self.shard_id, mmap_dir=self._fresh_mmap_dir())
+        table = load_table(Path(path), shard_id=self.shard_id, mmap_dir=self._fresh_mmap_dir())
         if table.capacity != self.table.capacity:
             logger.warning(
                 "replay shard %d: restored capacity %d differs from the configured %d",

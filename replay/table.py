@@ -234,22 +234,3 @@ class ReplayTable:
             "stale_updates": self.stale_updates,
             "sampler": self.sampler.kind,
         }
-
-    def dump(self, directory: str | Path) -> dict:
-        """Writes the table into ``directory``; see :func:`replay.checkpoint.dump_table`."""
-        from replay.checkpoint import dump_table  # checkpoint builds tables: import late
-
-        return dump_table(self, Path(directory))
-
-    @classmethod
-    def load(
-        cls,
-        directory: str | Path,
-        *,
-        shard_id: int | None = None,
-        mmap_dir: str | Path | None = None,
-    ) -> ReplayTable:
-        """Restores a table written by :meth:`dump`; see :func:`replay.checkpoint.load_table`."""
-        from replay.checkpoint import load_table
-
-        return load_table(Path(directory), shard_id=shard_id, mmap_dir=mmap_dir)

@@ -5,6 +5,7 @@ import pytest
 
 from collector.env import make_vector_env
 from collector.rollout import RolloutWorker
+from replay.checkpoint import dump_table, load_table
 from replay.frames import FrameStackStorage, frame_capacity_for
 from replay.storage import SchemaError
 from replay.table import ReplayTable
@@ -110,8 +111,8 @@ def test_prioritized_frame_table_checkpoint_round_trips_exactly(rollouts, tmp_pa
     fill(table, rollouts)
     drawn = table.sample(32, beta=0.4)
     table.update_priorities(drawn["index"], drawn["insertion_id"], np.linspace(0.1, 3, 32))
-    table.dump(tmp_path / "table")
-    restored = ReplayTable.load(tmp_path / "table")
+    dump_table(table, tmp_path / "table")
+    restored = load_table(tmp_path / "table")
     assert isinstance(restored.storage, FrameStackStorage)
     for attr in ("frame_count", "frame_capacity", "stack", "cursor", "size"):
         assert getattr(restored.storage, attr) == getattr(table.storage, attr), attr

@@ -5,6 +5,7 @@ import json
 import numpy as np
 import pytest
 
+from replay.checkpoint import dump_table, load_table
 from replay.npyio import CheckpointError
 from replay.storage import SchemaError
 from replay.table import ReplayTable
@@ -53,10 +54,10 @@ def assert_same(a, b):
 @pytest.mark.parametrize("sampler", ["uniform", "prioritized", "fifo"])
 def test_round_trip_is_bit_exact(sampler, tmp_path):
     table = filled_table(sampler, fifo_shuffle=True) if sampler == "fifo" else filled_table(sampler)
-    written = table.dump(tmp_path / "ckpt")
+    written = dump_table(table, tmp_path / "ckpt")
     assert written["files"]["table.json"] > 0 and written["items"] == 50
     assert written["bytes"] == sum(p.stat().st_size for p in (tmp_path / "ckpt").iterdir())
-    restored = ReplayTable.load(tmp_path / "ckpt")
+    restored = load_table(tmp_path / "ckpt")
     assert_same(table, restored)
     # Dedup state survives: the retry is still a duplicate, the next seq is stored.
     assert restored.write(transitions(0, 17), "collector-1", 1).duplicate
@@ -67,14 +68,14 @@ def test_round_trip_with_memory_mapped_storage(tmp_path):
     table = filled_table("prioritized", tmp_path)
     assert (tmp_path / "live" / "data-0.npy").exists() is False  # live files are not the dump
     assert any((tmp_path / "live").iterdir())
-    table.dump(tmp_path / "ckpt")
-    restored = ReplayTable.load(tmp_path / "ckpt", mmap_dir=tmp_path / "restored")
+    dump_table(table, tmp_path / "ckpt")
+    restored = load_table(tmp_path / "ckpt", mmap_dir=tmp_path / "restored")
     assert restored.storage.directory == tmp_path / "restored"
     assert_same(table, restored)
 
 
 def test_no_pickle_in_files(tmp_path):
-    filled_table("prioritized").dump(tmp_path)
+    dump_table(filled_table("prioritized"), tmp_path)
     for path in tmp_path.glob("*.npy"):
         np.load(path, allow_pickle=False)
     meta = json.loads((tmp_path / "table.json").read_text())
@@ -92,7 +93,7 @@ def test_no_pickle_in_files(tmp_path):
     ],
 )
 def test_damaged_file_is_refused_naming_it(tmp_path, damage, name):
-    filled_table("prioritized").dump(tmp_path)
+    dump_table(filled_table("prioritized"), tmp_path)
     path = tmp_path / name
     data = path.read_bytes()
     if damage == "truncate":
@@ -102,12 +103,12 @@ def test_damaged_file_is_refused_naming_it(tmp_path, damage, name):
     else:
         path.unlink()
     with pytest.raises(CheckpointError, match=name.replace(".", r"\.")):
-        ReplayTable.load(tmp_path)
+        load_table(tmp_path)
 
 
 def test_schema_refusal_after_restore_stores_nothing(tmp_path):
-    filled_table("uniform").dump(tmp_path)
-    table = ReplayTable.load(tmp_path)
+    dump_table(filled_table("uniform"), tmp_path)
+    table = load_table(tmp_path)
     bad = transitions(0, 3)
     bad["pixels"] = bad["pixels"].astype(np.int16)
     with pytest.raises(SchemaError, match="'pixels'"):
