@@ -23,9 +23,9 @@ from replay.wire.batches import (
     encode_state_dict,
 )
 from services.config import ConfigError, load_config
+from services.config.grpc import GrpcConfig
 from services.driver.inbox import Inbox
 from services.grpc.client import RelayClient
-from services.grpc.config import GrpcConfig
 from services.grpc.server import GrpcServer, redacted_config
 from services.grpc.transitions import env_transition_spec
 from tests.conftest import run_cli

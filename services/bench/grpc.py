@@ -51,8 +51,8 @@ import ray
 from replay.wire.batches import encode_arrays, shard_of, transition_spec
 from replay.wire.reader import parse_insert
 from services.config import load_config
+from services.config.grpc import GrpcConfig
 from services.driver.controller import Controller
-from services.grpc.config import GrpcConfig
 
 logger = logging.getLogger("relayrl.bench.grpc")
 

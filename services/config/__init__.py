@@ -1,7 +1,10 @@
 """The run configuration: sections, the YAML loader, algorithm recipes and their checks.
 
 Modules:
-    * ``sections``: :class:`ConfigError` and the frozen sections composed into :class:`RunConfig`.
+    * ``sections``: :class:`ConfigError` and the frozen sections composed into :class:`RunConfig`
+      (``run``, ``controller``, ``checkpoint``, ``metrics``, ``ray``); the ``grpc`` section is
+      ``grpc``, the ``evaluation`` section ``evaluation``, the component sections live with their
+      packages (``collector.config``, ``replay.config``, ``learner.config``).
     * ``loader``: :func:`load_config` (YAML file + ``--set`` overrides) and :func:`parse_override`.
     * ``recipes``: the :class:`~services.config.recipes.Algorithm` dataclass and the
       ``ALGORITHMS`` registry: an algorithm as data (loop, loss, network, defaults).

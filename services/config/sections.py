@@ -17,10 +17,9 @@ from collector.config import CollectorConfig
 from learner.config import LearnerConfig
 from replay.config import ReplayConfig
 from services.config.checks import check
+from services.config.evaluation import EvaluationConfig
+from services.config.grpc import GrpcConfig
 from services.config.recipes import ALGORITHMS
-from services.evaluation.schedule import EvaluationConfig
-from services.grpc.config import GrpcConfig
-from services.run.raytools import RaySection
 
 
 class ConfigError(ValueError):
@@ -202,6 +201,18 @@ class MetricsConfig:
     def __post_init__(self) -> None:
         if not 0 <= self.port < 65536:
             raise ValueError(f"port: must be in [0, 65535], got {self.port!r}")
+
+
+@dataclasses.dataclass(frozen=True)
+class RaySection:
+    """The embedded local Ray (ignored when ``RAY_ADDRESS`` joins an existing cluster).
+
+    Attributes:
+        dashboard: Start Ray's dashboard on loopback (the state API behind ``ray list``,
+            ``ray summary`` and the web UI needs it); ``false`` saves its start-up time.
+    """
+
+    dashboard: bool = True
 
 
 @dataclasses.dataclass(frozen=True)

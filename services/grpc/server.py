@@ -32,10 +32,10 @@ from replay.wire import experience_pb2 as pb
 from replay.wire.batches import TransitionSpec
 from replay.wire.heap import keep_freed_memory
 from replay.wire.service import TokenAuth, experience_handler
+from services.config.grpc import GrpcConfig
 from services.driver.inbox import Inbox
 from services.grpc import control_pb2 as control_pb
 from services.grpc import control_pb2_grpc as control_grpc
-from services.grpc.config import GrpcConfig
 from services.grpc.servicers import ControlServicer, ExperienceServicer
 
 logger = logging.getLogger(__name__)

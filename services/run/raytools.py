@@ -1,4 +1,4 @@
-"""The Ray toolbox on a run: the ``ray`` config section, the dashboard, the logged addresses.
+"""The Ray toolbox on a run: the dashboard and the logged addresses (``ray`` config section).
 
 The embedded local Ray (``services.train.init_ray``) starts Ray's dashboard on loopback unless
 ``ray.dashboard: false``, so ``ray list actors``, ``ray status``, ``ray memory`` and the
@@ -20,18 +20,6 @@ import logging
 import os
 
 logger = logging.getLogger("relayrl")
-
-
-@dataclasses.dataclass(frozen=True)
-class RaySection:
-    """The embedded local Ray (ignored when ``RAY_ADDRESS`` joins an existing cluster).
-
-    Attributes:
-        dashboard: Start Ray's dashboard on loopback (the state API behind ``ray list``,
-            ``ray summary`` and the web UI needs it); ``false`` saves its start-up time.
-    """
-
-    dashboard: bool = True
 
 
 @dataclasses.dataclass(frozen=True)
