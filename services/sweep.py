@@ -41,6 +41,7 @@ import ray
 
 from services.config import ConfigError, RunConfig, load_config
 from services.config.spec import model_spec_for
+from services.driver.runid import new_run_id, random_token
 from services.observe.progress import progress_line
 from services.observe.sweep_report import (
     plot_sweep,
@@ -51,7 +52,6 @@ from services.observe.sweep_report import (
     write_tables,
 )
 from services.run.launch import Run, prepare_run
-from services.run.runid import new_run_id, random_token
 from services.run.storage import check_run_paths, storage_root
 from services.train import init_ray
 

@@ -7,7 +7,7 @@ Examples:
 Progress lines go to standard output while the job runs; the last line of standard output is a
 JSON summary (``run_id``, ``run_dir``, ``frames``, ``optim_steps``, ``wall_s``, ``frames_per_s``,
 ``episode_return_mean``, ...), also written to ``<run dir>/summary.json``. Each run gets a unique
-id ``<run.name>-<YYYYmmdd-HHMMSS>-<token>`` (``services.run.runid``) naming its actors and its
+id ``<run.name>-<YYYYmmdd-HHMMSS>-<token>`` (``services.driver.runid``) naming its actors and its
 directory ``<run.storage>/<run id>`` (default ``~/relayrl_results``, ``services.run.storage``).
 Exit codes: 0 done (or stopped cleanly), 2 invalid config, 1 failure. Without ``RAY_ADDRESS``
 the job starts an embedded local Ray sized to its actors.

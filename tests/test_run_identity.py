@@ -8,11 +8,11 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from services.config import ConfigError, load_config
 from services.driver.placement import demand_text, run_demand
+from services.driver.runid import JOB_CONFIG_ENV, new_run_id
 from services.driver.stats import RunCounters
 from services.observe.metrics import METRICS, MetricsExporter
 from services.observe.sweep_report import point_rows, run_rows
 from services.run.rundir import resolve_run_dir
-from services.run.runid import JOB_CONFIG_ENV, new_run_id
 from services.sweep import grid_points, parse_seeds, split_values
 
 NOW = 1_790_000_000.0

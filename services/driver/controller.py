@@ -44,10 +44,10 @@ from services.driver.inbox import Inbox  # gRPC
 from services.driver.loops import LOOPS
 from services.driver.placement import release_services, reserve_services
 from services.driver.recovery import Recovery
+from services.driver.runid import new_run_id
 from services.driver.stats import EpisodeWindow, RateMeter, RunCounters
 from services.observe import report
 from services.observe.early_stop import EarlyStopping
-from services.run.runid import new_run_id
 
 logger = logging.getLogger(__name__)
 
@@ -76,7 +76,7 @@ class Controller:
         checkpoint_root: Rotation directory when ``checkpoint.dir`` is not set (None and no
             ``checkpoint.dir``: checkpoints off).
         resume_from: A checkpoint or rotation directory to restore in :meth:`setup`.
-        run_id: Unique id naming the run's actors (default: ``services.run.runid.new_run_id``).
+        run_id: Unique id naming the run's actors (default: ``services.driver.runid.new_run_id``).
 
     Examples:
         >>> config = load_config(overrides=["controller.total_frames=5000"])

@@ -4,7 +4,7 @@ The exporter owns its own registry and is fed by controller hooks, so nothing in
 waits on it. ``METRICS`` lists every exported name with its type and help; the metrics table of
 ``docs/metrics.md`` is generated from the same list.
 
-Every series carries a ``run`` label (the run id, see ``services.run.runid``), so one Prometheus
+Every series carries a ``run`` label (the run id, see ``services.driver.runid``), so one Prometheus
 scraping several runs, on one machine or a shared cluster, keeps them apart; each run serves its
 own endpoint (port 0: OS-chosen). With ``metrics.sd_dir`` the exporter also writes
 ``<sd_dir>/<run id>.json``, a Prometheus ``file_sd`` target for its endpoint, and removes it

@@ -6,7 +6,7 @@ import logging
 import math
 import time
 
-from services.run.clock import process_start_time
+from services.observe.clock import process_start_time
 
 logger = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 """The run directory: resolved config, JSONL metrics log, checkpoints, the summary.
 
-Each run gets its own directory ``<run.storage>/<run id>`` (see :mod:`services.run.runid`; the
+Each run gets its own directory ``<run.storage>/<run id>`` (see :mod:`services.driver.runid`; the
 storage root is resolved by :mod:`services.run.storage`, default ``~/relayrl_results``), created
 exclusively, so two runs never write into one another's ``metrics.jsonl``, ``config.yaml`` or
 checkpoint rotation. ``run.dir`` names a directory explicitly instead (the user's choice).
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import yaml
 
-from services.run.runid import new_run_id, random_token
+from services.driver.runid import new_run_id, random_token
 from services.run.storage import storage_root
 
 
@@ -34,7 +34,7 @@ def resolve_run_dir(
             :func:`services.run.storage.storage_root`'s default).
 
     Keyword Args:
-        run_id: The id to use (default: :func:`services.run.runid.new_run_id`).
+        run_id: The id to use (default: :func:`services.driver.runid.new_run_id`).
 
     Returns:
         The run id and the absolute run directory. Without ``configured`` the directory is
