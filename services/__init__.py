@@ -9,7 +9,8 @@ Commands (``python -m services.<name>``):
 
 Rooms:
     * ``driver``: the :class:`~services.driver.controller.Controller` (receipts in, counters
-      and references out, never batches), its loops (``offpolicy``, ``onpolicy``), the gRPC
+      and references out, never batches), its loops (``offpolicy``, ``onpolicy``), frame
+      accounting, checkpoint and progress cadence, hooks, the typed views of the run, the gRPC
       inbox, fault recovery, service placement and the run's counters.
     * ``config``: :class:`RunConfig` (frozen sections validated on construction), the YAML
       loader with ``--set`` overrides, the algorithm recipes and their checks, the network spec

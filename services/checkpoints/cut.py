@@ -20,6 +20,7 @@ import logging
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -27,7 +28,9 @@ from replay.npyio import CheckpointError
 from services.checkpoints.resume import PINNED_FIELDS, check_compatible, resolve_resume
 from services.checkpoints.statefile import load_state, save_state
 from services.checkpoints.store import CheckpointStore, read_json, write_json
-from services.driver.stats import RunCounters
+
+if TYPE_CHECKING:
+    from services.driver.views import CutView
 
 logger = logging.getLogger(__name__)
 
@@ -43,13 +46,13 @@ __all__ = [
 ]
 
 
-def drain(controller) -> None:
+def drain(controller: CutView) -> None:
     """Counts every in-flight rollout and finishes the in-flight learner round."""
     while controller.inflight or controller.pending_round is not None:
         controller.wait_and_process(timeout=controller.config.controller.log_interval_s)
 
 
-def save_cut(controller, store: CheckpointStore) -> Path:
+def save_cut(controller: CutView, store: CheckpointStore) -> Path:
     """Writes a consistent checkpoint of the running job and returns its directory."""
     started = time.perf_counter()
     drain(controller)
@@ -88,39 +91,31 @@ def save_cut(controller, store: CheckpointStore) -> Path:
     return path
 
 
-def driver_state(controller) -> dict:
+def driver_state(controller: CutView) -> dict:
     """The driver's own part of a checkpoint (counters, episode window, milestones)."""
-    evaluation = getattr(controller, "evaluation", None)
+    evaluation = controller.evaluation
+    accounting = controller.accounting
     return {
-        "counters": dataclasses.asdict(controller.counters),
-        "episode_returns": list(controller.episodes.returns),
-        "episode_lengths": list(controller.episodes.lengths),
-        "milestones": {str(k): v for k, v in controller.milestones.items()},
-        "next_checkpoint_frames": controller.next_checkpoint_frames,
-        "elapsed_s": time.perf_counter() - controller.started_at,
+        **accounting.state_dict(),  # counters, episode_returns, episode_lengths, milestones
+        "next_checkpoint_frames": controller.cadence.next_frames,
+        "elapsed_s": accounting.elapsed_s(),
         "loop": controller.loop.state_dict(),
         "evaluation": evaluation.state_dict() if evaluation is not None else None,
         # Run identity: a resumed run gets a new id and carries its predecessors' ids.
-        "run_id": getattr(controller, "run_id", None),
-        "lineage": list(getattr(controller, "lineage", [])),
+        "run_id": controller.run_id,
+        "lineage": list(controller.lineage),
     }
 
 
-def load_driver_state(controller, state: dict) -> None:
+def load_driver_state(controller: CutView, state: dict) -> None:
     """Restores :func:`driver_state`."""
-    controller.counters = RunCounters(**state["counters"])
-    controller.episodes.extend(state["episode_returns"], state["episode_lengths"])
-    controller.milestones = {float(k): v for k, v in state["milestones"].items()}
+    controller.accounting.load_state_dict(state)
     controller.loop.load_state_dict(state.get("loop", {}))
-    if getattr(controller, "evaluation", None) is not None:
+    if controller.evaluation is not None:
         controller.evaluation.load_state_dict(state.get("evaluation"))
     previous = [*state.get("lineage", []), state.get("run_id")]
     controller.lineage = [run_id for run_id in previous if run_id]
-    interval = controller.checkpoint_interval_frames
-    if interval:
-        controller.next_checkpoint_frames = (
-            controller.counters.collected_frames // interval + 1
-        ) * interval
+    controller.cadence.restore(controller.counters.collected_frames)
 
 
 def load_learner_states(checkpoint: Path, world_size: int) -> list[dict]:
@@ -139,7 +134,7 @@ def load_learner_states(checkpoint: Path, world_size: int) -> list[dict]:
     return states
 
 
-def restore_services(controller, checkpoint: Path) -> dict:
+def restore_services(controller: CutView, checkpoint: Path) -> dict:
     """Restores replay shards, then collectors, then the driver's counters.
 
     Returns:
@@ -153,17 +148,17 @@ def restore_services(controller, checkpoint: Path) -> dict:
     return driver
 
 
-def restore_learners(controller, checkpoint: Path) -> int:
+def restore_learners(controller: CutView, checkpoint: Path) -> int:
     """Loads the learner states into the (new generation) group; returns the version."""
     states = load_learner_states(checkpoint, controller.config.learner.world_size)
     version = controller.learners.load_state_dicts(states)
-    counters: RunCounters = controller.counters
+    counters = controller.counters
     counters.model_version = version
     counters.optim_steps = version
     return version
 
 
-def recover_learners(controller, error: Exception) -> None:
+def recover_learners(controller: CutView, error: Exception) -> None:
     """A learner rank died: restore the group from the latest checkpoint as a new generation."""
     if controller.last_checkpoint is None:
         raise RuntimeError(

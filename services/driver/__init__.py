@@ -1,1 +1,18 @@
-"""The driver: the controller, its loops, the gRPC inbox, fault recovery and placement."""
+"""The driver: the controller, its loops, the gRPC inbox, fault recovery and placement.
+
+Layout:
+    * ``controller``: :class:`~services.driver.controller.Controller`, the run's thin runtime
+      (setup and ordered restore, receipts in, weights out, stop requests, checkpoints, progress).
+    * ``loops``: what each algorithm issues next: ``offpolicy`` (UTD pacing) and ``onpolicy``.
+    * ``accounting``: :class:`Accounting`, frames, episodes and return milestones counted from
+      rollout, external and step receipts (pure).
+    * ``cadence``: when periodic checkpoints and progress snapshots are due (pure, own clock).
+    * ``hooks``: the loop-boundary events and their registry, ``hook(controller, *args)`` (pure).
+    * ``views``: typed views of the run (``Protocol``), one per part that reads it.
+    * ``stats``: :class:`RunCounters`, the episode window and the rate meter (pure).
+    * ``actors``: starting the run's collector group and learner group.
+    * ``placement``: the services' placement group (collectors and replay shards) per run.
+    * ``inbox``: requests from gRPC threads served at loop boundaries (external writes counted).
+    * ``recovery``: the driver's reactions to faults (dead collectors, env errors, shard restarts).
+    * ``faults``: the pure fault monitors (shard health, crash loops, attribution to nodes).
+"""

@@ -3,65 +3,53 @@
 The driver holds counters and references, never batches: collectors write straight into their
 replay shards, learners sample straight from them, and weights travel as object-store
 references. The :class:`Controller` owns what every algorithm shares: setup and ordered
-restore, rollout and step receipts (frames counted once, from rollout receipts, times
-``frame_skip``), weight hand-off by ``(generation, version)``, learner recovery, stop requests,
-consistent checkpoints, hooks and progress. The per-algorithm schedule is a loop from
-``services.driver.loops`` picked by the algorithm's recipe (``services.config.recipes``): the
-asynchronous off-policy loop (DQN, SAC) or the lockstep on-policy loop (PPO, A2C, REINFORCE).
+restore, rollout and step receipts, weight hand-off by ``(generation, version)``, learner
+recovery, stop requests, consistent checkpoints, hooks and progress. The per-algorithm schedule
+is a loop from ``services.driver.loops`` picked by the algorithm's recipe
+(``services.config.recipes``): the asynchronous off-policy loop (DQN, SAC) or the lockstep
+on-policy loop (PPO, A2C, REINFORCE).
+
+What a receipt counts is ``services.driver.accounting`` (frames once, from receipts, times
+``frame_skip``), when a checkpoint or progress line is due ``cadence``, the hooks ``hooks``; the
+parts that read the run see it through the typed views of ``services.driver.views``.
 """
 
 from __future__ import annotations
 
 import logging
-import time
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import ray
 
-from collector.env import EnvError
 from collector.group import CollectorGroup
-from collector.receipts import RolloutReceipt
 from learner.group import LearnerGroup, PendingRound
 from learner.receipts import ProtocolError, PublishedWeights, StepReceipt
 from replay.client import ReplayClient
 from replay.health import ShardUnavailableError
 from replay.shard import remote_shards
-from services.checkpoints.cut import (
-    recover_learners,
-    restore_learners,
-    restore_services,
-    save_cut,
-)
+from replay.wire.batches import ExternalReceipt
+from services.checkpoints.cut import recover_learners, restore_learners, restore_services, save_cut
 from services.checkpoints.retention import make_store
 from services.checkpoints.store import latest_valid, read_json
 from services.config import RunConfig
 from services.config.recipes import algorithm_for
 from services.config.spec import model_spec_for
+from services.driver.accounting import Accounting, ReturnGoals
+from services.driver.actors import start_collectors, start_learners
+from services.driver.cadence import CheckpointCadence, ProgressCadence
+from services.driver.hooks import Hook, Hooks
 from services.driver.inbox import Inbox  # gRPC
 from services.driver.loops import LOOPS
 from services.driver.placement import release_services, reserve_services
 from services.driver.recovery import Recovery
 from services.driver.runid import new_run_id
-from services.driver.stats import EpisodeWindow, RateMeter, RunCounters
+from services.driver.stats import RateMeter, RunCounters
 from services.observe import report
 from services.observe.early_stop import EarlyStopping
 
 logger = logging.getLogger(__name__)
-
-Hook = Callable[..., None]
-EVENTS = (
-    "setup",
-    "rollout",
-    "external",
-    "round",
-    "progress",
-    "checkpoint",
-    "train_end",
-    "shutdown",
-)
 
 
 class Controller:
@@ -101,16 +89,17 @@ class Controller:
         self.checkpoints = make_store(root, config.checkpoint) if root else None
         self.resume_from = Path(resume_from) if resume_from else None
         self.last_checkpoint: Path | None = None
-        self.checkpoint_interval_frames = config.checkpoint.frames_interval(
-            config.controller.total_frames
+        self.cadence = CheckpointCadence.from_config(
+            config.checkpoint, config.controller.total_frames
         )
-        self.next_checkpoint_frames = self.checkpoint_interval_frames or None
+        self.progress_cadence = ProgressCadence(config.controller.log_interval_s)
         self.model_spec = model_spec or model_spec_for(config)
         self.algorithm = algorithm_for(config)
         self.loop = LOOPS[self.algorithm.loop](self)
-        self.counters = RunCounters()
-        self.episodes = EpisodeWindow(config.controller.episode_window)
-        self.hooks: dict[str, list[Hook]] = {event: [] for event in EVENTS}
+        self.accounting = Accounting(
+            config.collector.frame_skip, ReturnGoals.from_config(config.controller)
+        )
+        self.hooks = Hooks(self)
         self.shards: list = []
         self.replay: ReplayClient | None = None
         self.collectors: CollectorGroup | None = None
@@ -119,41 +108,28 @@ class Controller:
         self.inflight: dict[ray.ObjectRef, int] = {}
         self.pending_round: PendingRound | None = None
         self.stop_requested = False
-        self.milestones: dict[float, dict] = {}
         self.early_stopping = EarlyStopping.from_config(config.controller)
         self.stop_reason: str | None = None
         self.last_learner_metrics: dict[str, float] = {}
-        self.started_at = time.perf_counter()
         self.wall_s = 0.0
         self.rates = RateMeter()
-        self.next_progress = 0.0
-        self.first_rollout_at: float | None = None  # Unix time of the first counted receipt
         self.inbox = Inbox()  # gRPC: requests from server threads, served at loop boundaries
         self.recovery = Recovery(self)  # faults: shard health, crash loops, stuck rollouts
-        self.next_checkpoint_time = (
-            time.monotonic() + config.checkpoint.interval_s
-            if config.checkpoint.interval_s
-            else None
-        )
         self.evaluation = None  # services.evaluation.evaluator.EvaluationRunner, attached by launch
+
+    @property
+    def counters(self) -> RunCounters:
+        """The run's counters (``accounting.counters``)."""
+        return self.accounting.counters
 
     # -- hooks -------------------------------------------------------------------------------
     def register(self, event: str, hook: Hook) -> None:
-        """Calls ``hook(controller, *args)`` at a loop boundary.
-
-        Events: ``setup``; ``rollout`` (receipt); ``external`` (an external actor's
-        ``ExternalReceipt``, gRPC); ``round`` (step receipt); ``progress``
-        (snapshot dict); ``checkpoint`` (path, seconds); ``train_end`` (the loop is done,
-        before the final checkpoint); ``shutdown``.
-        """
-        if event not in self.hooks:
-            raise ValueError(f"unknown event {event!r}; events: {EVENTS}")
-        self.hooks[event].append(hook)
+        """Calls ``hook(controller, *args)`` at a loop boundary (events: ``driver.hooks``)."""
+        self.hooks.register(event, hook)
 
     def emit(self, event: str, *args) -> None:
         """Calls the hooks registered for ``event``."""
-        for hook in self.hooks[event]:
-            hook(self, *args)
+        self.hooks.emit(event, *args)
 
     # -- lifecycle ---------------------------------------------------------------------------
     def setup(self) -> None:
@@ -175,23 +151,8 @@ class Controller:
         self.shards = remote_shards(name, cfg.replay, seed=cfg.seed, scheduling=placement.shards)
         self.replay = ReplayClient(self.shards, seed=cfg.seed)
         self.recovery.watch_shards(self.shards)
-        self.collectors = CollectorGroup(
-            name,
-            cfg.collector.num_collectors,
-            cfg.collector.env_id,
-            cfg.collector.envs_per_collector,
-            self.model_spec,
-            [f"{name}.replay-{i}" for i in range(cfg.replay.num_shards)],
-            cfg.seed,
-            num_cpus=cfg.collector.num_cpus,
-            max_restarts=cfg.collector.max_restarts,
-            vector_mode=cfg.collector.vector_mode,
-            env_kwargs=cfg.collector.env_kwargs,
-            n_step=cfg.collector.n_step,
-            gamma=cfg.collector.gamma,
-            transform=self.algorithm.collector_transform(cfg),
-            frame_stack=cfg.replay.frame_stack,
-            scheduling=placement.collectors,
+        self.collectors = start_collectors(
+            cfg, name, self.model_spec, self.algorithm, placement.collectors
         )
         with ThreadPoolExecutor(1, thread_name_prefix="learner-setup") as pool:
             learners = pool.submit(self.start_learners, self.counters.generation)
@@ -214,22 +175,15 @@ class Controller:
             )
         self.accept_weights(self.learners.publish(), force=True)
         self.collectors.sync_weights(self.weights)
-        self.started_at = time.perf_counter()
+        self.accounting.start()
         self.rates = RateMeter()
-        self.next_progress = self.started_at + cfg.controller.log_interval_s
+        self.progress_cadence.start()
         self.emit("setup")
 
     def start_learners(self, generation: int | None = None) -> LearnerGroup:
         """Starts a learner group of ``generation`` (default: the current one)."""
-        cfg = self.config
-        return LearnerGroup(
-            self.run_id,
-            cfg.learner,
-            self.model_spec,
-            self.shards,
-            cfg.seed,
-            generation=self.counters.generation if generation is None else generation,
-        )
+        generation = self.counters.generation if generation is None else generation
+        return start_learners(self.config, self.run_id, self.model_spec, self.shards, generation)
 
     def checkpoint(self) -> Path | None:
         """Cuts a consistent checkpoint now (None when checkpoints are off)."""
@@ -265,7 +219,8 @@ class Controller:
             self.stop_reason = reason
         self.stop_requested = True
 
-    def _check_early_stop(self, snapshot: dict) -> None:
+    def check_early_stop(self, snapshot: dict) -> None:
+        """Feeds early stopping its metric from ``snapshot`` (progress, round or evaluation)."""
         if self.early_stopping is None or self.stop_requested:
             return
         value = self.early_stopping.value_in(snapshot)
@@ -299,28 +254,11 @@ class Controller:
         return target() if target is not None else 0
 
     def _on_rollout(self, ref: ray.ObjectRef) -> None:
-        index = self.inflight.pop(ref)
-        self.recovery.rollout_done(ref)
-        try:
-            receipt: RolloutReceipt = ray.get(ref)
-        except ray.exceptions.RayActorError as err:
-            self.recovery.on_collector_death(index, ref, err)
+        receipt = self.recovery.receipt(self.inflight.pop(ref), ref)  # None: the rollout failed
+        if receipt is None:
             return
-        except ray.exceptions.RayTaskError as err:
-            if not isinstance(err.cause, EnvError):
-                raise
-            self.recovery.on_env_error(index, err.cause)
-            return
-        if self.first_rollout_at is None:
-            self.first_rollout_at = time.time()
-        c = self.counters
-        c.collected_frames += receipt.frames * self.config.collector.frame_skip
-        c.transitions += receipt.frames
-        c.rollouts += 1
-        c.episodes += len(receipt.episode_returns)
-        self.episodes.extend(receipt.episode_returns, receipt.episode_lengths)
+        self._stop_at_return(self.accounting.count(receipt))
         self.recovery.note_writes(receipt.writes)
-        report.update_milestones(self)
         self.emit("rollout", receipt)
 
     def check_health(self) -> None:
@@ -338,17 +276,11 @@ class Controller:
             recover_learners(self, err)
             return
         self.pending_round = None
-        c = self.counters
-        c.optim_steps += receipt.optim_steps
-        c.nonfinite_steps += round(
-            receipt.metrics.get("nonfinite_skipped", 0.0) * receipt.optim_steps
-        )
-        c.model_version = receipt.model_version
-        c.rounds += 1
+        self.accounting.count_round(receipt)
         if receipt.published is not None:
             self.accept_weights(receipt.published)
         self.last_learner_metrics = receipt.metrics
-        self._check_early_stop({"learner": receipt.metrics})
+        self.check_early_stop({"learner": receipt.metrics})
         self.emit("round", receipt)
 
     def clear_replay(self) -> int:
@@ -356,16 +288,15 @@ class Controller:
         self.recovery.cleared()
         return self.replay.clear()
 
-    def count_external(self, receipt) -> None:
+    def count_external(self, receipt: ExternalReceipt) -> None:
         """Counts an external actor's stored batch (gRPC) exactly like a rollout's frames."""
-        c = self.counters
-        c.collected_frames += receipt.frames * self.config.collector.frame_skip
-        c.transitions += receipt.frames
-        c.external_frames += receipt.frames * self.config.collector.frame_skip
-        c.episodes += len(receipt.episode_returns)
-        self.episodes.extend(receipt.episode_returns, receipt.episode_lengths)
-        report.update_milestones(self)
+        self._stop_at_return(self.accounting.count(receipt, external=True))
         self.emit("external", receipt)
+
+    def _stop_at_return(self, reason: str | None) -> None:
+        if reason is not None and not self.stop_requested:  # controller.stop_return reached
+            logger.info("%s; stopping", reason)
+            self.request_stop(reason)
 
     def accept_weights(self, weights: PublishedWeights, *, force: bool = False) -> None:
         """Keeps ``weights`` if newer by (generation, version), or always with ``force``."""
@@ -399,36 +330,20 @@ class Controller:
             self._on_round()
         return True
 
-    def _checkpoint_due(self) -> bool:
-        if self.stop_requested:
-            return False
-        now = time.monotonic()
-        if self.next_checkpoint_time is not None and now >= self.next_checkpoint_time:
-            self.next_checkpoint_time = now + self.config.checkpoint.interval_s
-            return True
-        due = self.next_checkpoint_frames
-        if due is None or self.counters.collected_frames < due:
-            return False
-        interval = self.checkpoint_interval_frames
-        self.next_checkpoint_frames = (self.counters.collected_frames // interval + 1) * interval
-        if self.next_checkpoint_time is not None:
-            self.next_checkpoint_time = now + self.config.checkpoint.interval_s
-        return True
-
     def maybe_checkpoint(self) -> Path | None:
         """Cuts a checkpoint every ``checkpoint.interval_frames`` or ``interval_s``."""
-        return self.checkpoint() if self._checkpoint_due() else None
+        if self.stop_requested or not self.cadence.due(self.counters.collected_frames):
+            return None
+        return self.checkpoint()
 
     def progress(self, *, force: bool = False) -> None:
         """Emits a progress snapshot (and checks early stopping) once per ``log_interval_s``."""
-        now = time.perf_counter()
-        if not force and now < self.next_progress:
+        if not self.progress_cadence.take(force=force):
             return
         snapshot = self.snapshot()
         if not force:
-            self._check_early_stop(snapshot)
+            self.check_early_stop(snapshot)
         self.emit("progress", snapshot)
-        self.next_progress = now + self.config.controller.log_interval_s
 
     def train(self) -> None:
         """Runs the algorithm's loop until the frame budget is done, or a stop.
@@ -440,7 +355,7 @@ class Controller:
         self.emit("train_end")  # e.g. the final evaluation, before the final checkpoint
         if self.weights is not None:
             self.collectors.sync_weights(self.weights)  # collectors end on the newest version
-        self.wall_s = time.perf_counter() - self.started_at
+        self.wall_s = self.accounting.elapsed_s()
         if self.stop_requested or self.config.checkpoint.at_end:
             self.checkpoint()
         self.progress(force=True)

@@ -28,9 +28,13 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future
+from typing import TYPE_CHECKING
 
 from replay.wire.batches import ExternalReceipt
 from replay.wire.service import IntakeClosed
+
+if TYPE_CHECKING:
+    from services.driver.views import InboxView
 
 logger = logging.getLogger(__name__)
 # How often an idle driver polls the shards for direct writes' receipts (grpc.direct_writes).
@@ -68,7 +72,7 @@ class Inbox:
         self.direct = None  # services.grpc.direct.DirectWrites with grpc.direct_writes
 
     # -- wiring ------------------------------------------------------------------------------
-    def enable(self, controller) -> None:
+    def enable(self, controller: InboxView) -> None:
         """Makes the inbox live for ``controller`` (called by the gRPC server it serves)."""
         self.enabled = True
         controller.register("setup", self._on_setup)
@@ -82,7 +86,7 @@ class Inbox:
             if self.on_state is not None:
                 self.on_state(state)
 
-    def _on_setup(self, controller) -> None:
+    def _on_setup(self, controller: InboxView) -> None:
         if controller.algorithm.on_policy:  # lockstep trains on its collectors' rollouts only
             self.refusal = (
                 f"{controller.config.algorithm} is on-policy: it takes no external experience"
@@ -91,7 +95,7 @@ class Inbox:
         self._set_state("running")
         self.poll(controller)
 
-    def _on_shutdown(self, controller) -> None:
+    def _on_shutdown(self, controller: InboxView) -> None:
         self._close_intake(controller, count=False)
         self._snapshot(controller)
         self._set_state("stopped")
@@ -199,7 +203,7 @@ class Inbox:
                 self._urgent -= 1
 
     # -- the driver's side -------------------------------------------------------------------
-    def poll(self, controller) -> None:
+    def poll(self, controller: InboxView) -> None:
         """Counts acknowledged external writes, serves stop and checkpoint requests."""
         if not self.enabled:
             return
@@ -223,7 +227,7 @@ class Inbox:
         self._set_open(self._may_write(controller))
         self._snapshot(controller)
 
-    def wait(self, controller, timeout: float) -> bool:
+    def wait(self, controller: InboxView, timeout: float) -> bool:
         """With nothing in flight: whether the loop should go on waiting for external frames.
 
         Waits up to ``timeout`` for a request or an acknowledged write. Returns False when the
@@ -252,7 +256,7 @@ class Inbox:
         return True
 
     @contextlib.contextmanager
-    def barrier(self, controller) -> Iterator[None]:
+    def barrier(self, controller: InboxView) -> Iterator[None]:
         """Holds new external writes and counts every acknowledged one (around a cut)."""
         if not self.enabled:
             yield
@@ -272,7 +276,7 @@ class Inbox:
             if self.direct is not None:
                 self.direct.release()
 
-    def _may_write(self, controller) -> bool:
+    def _may_write(self, controller: InboxView) -> bool:
         c, ctrl = controller.counters, controller.config.controller
         if controller.stop_requested or c.collected_frames >= ctrl.total_frames:
             return False
@@ -288,7 +292,7 @@ class Inbox:
         if changed:
             self._push_direct()
 
-    def _count(self, controller, direct: list | None = None) -> None:
+    def _count(self, controller: InboxView, direct: list | None = None) -> None:
         with self._cond:
             receipts, self._receipts = self._receipts, []
         if direct is None and self.direct is not None:
@@ -302,7 +306,7 @@ class Inbox:
         for _, future in receipts:
             future.set_result(controller.counters.collected_frames)
 
-    def _close_intake(self, controller, *, count: bool) -> None:
+    def _close_intake(self, controller: InboxView, *, count: bool) -> None:
         """Refuses new writes, waits for the ones in flight, counts them (if ``count``)."""
         with self._cond:
             self._closed = True
@@ -330,7 +334,7 @@ class Inbox:
             future.set_exception(error)
         self._fail_receipts(error)
 
-    def _snapshot(self, controller) -> None:
+    def _snapshot(self, controller: InboxView) -> None:
         c = controller.counters
         last = controller.last_checkpoint
         self.status = {

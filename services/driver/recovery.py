@@ -19,11 +19,16 @@ from __future__ import annotations
 
 import logging
 import time
+from typing import TYPE_CHECKING
 
 import ray
 
 from collector.env import EnvError
 from services.driver.faults import ComponentFailure, CrashLoop, ShardMonitor, ShardRestart, where
+
+if TYPE_CHECKING:
+    from collector.receipts import RolloutReceipt
+    from services.driver.views import RecoveryView
 
 logger = logging.getLogger(__name__)
 
@@ -32,10 +37,10 @@ class Recovery:
     """Fault handling of one controller (see the module docstring).
 
     Args:
-        controller: The run's ``services.driver.controller.Controller``.
+        controller: What fault handling reads of the run (the controller).
     """
 
-    def __init__(self, controller) -> None:
+    def __init__(self, controller: RecoveryView) -> None:
         self.controller = controller
         cfg = controller.config.collector
         self.crash_loop = CrashLoop(cfg.crash_loop_deaths, cfg.crash_loop_window_s)
@@ -60,6 +65,23 @@ class Recovery:
     def rollout_done(self, ref: ray.ObjectRef) -> None:
         """Forgets a finished rollout (succeeded or failed)."""
         self.rollout_seen.pop(ref, None)
+
+    def receipt(self, index: int, ref: ray.ObjectRef) -> RolloutReceipt | None:
+        """The receipt of collector ``index``'s finished rollout; None if the rollout failed.
+
+        A failure is handled here (:meth:`on_collector_death`, :meth:`on_env_error`); any other
+        error inside the rollout is raised.
+        """
+        self.rollout_done(ref)
+        try:
+            return ray.get(ref)
+        except ray.exceptions.RayActorError as err:
+            self.on_collector_death(index, ref, err)
+        except ray.exceptions.RayTaskError as err:
+            if not isinstance(err.cause, EnvError):
+                raise
+            self.on_env_error(index, err.cause)
+        return None
 
     def on_collector_death(self, index: int, ref: ray.ObjectRef, err: Exception) -> None:
         """A rollout failed because its collector died: not counted; stop on a crash loop.

@@ -18,12 +18,16 @@ from __future__ import annotations
 
 import logging
 import time
+from typing import TYPE_CHECKING
 
 import numpy as np
 import ray
 import torch
 
 from services.evaluation.schedule import EvalResult, EvalSchedule, run_episodes
+
+if TYPE_CHECKING:
+    from services.driver.views import EvaluationHost
 
 logger = logging.getLogger(__name__)
 
@@ -73,11 +77,11 @@ class EvaluationRunner:
 
     Args:
         config: The run's ``RunConfig`` (its ``evaluation`` section is enabled).
-        controller: The run's controller; :meth:`attach` registers the hooks and sets
-            ``controller.evaluation``.
+        controller: What the runner reads of the run and asks of it (the controller);
+            :meth:`attach` registers the hooks and sets ``controller.evaluation``.
     """
 
-    def __init__(self, config, controller) -> None:
+    def __init__(self, config, controller: EvaluationHost) -> None:
         self.config = config
         self.cfg = config.evaluation
         self.controller = controller
@@ -192,7 +196,7 @@ class EvaluationRunner:
         )
         controller = self.controller
         controller.progress(force=True)  # a metrics.jsonl line (and scrape) with this result
-        controller._check_early_stop({"evaluation": record})
+        controller.check_early_stop({"evaluation": record})
         target = self.cfg.stop_return
         if target is not None and record["episode_return_mean"] >= target:
             controller.request_stop(

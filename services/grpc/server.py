@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import logging
 from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
@@ -37,6 +38,9 @@ from services.driver.inbox import Inbox
 from services.grpc import control_pb2 as control_pb
 from services.grpc import control_pb2_grpc as control_grpc
 from services.grpc.servicers import ControlServicer, ExperienceServicer
+
+if TYPE_CHECKING:
+    from services.driver.views import InboxView, ServedRun
 
 logger = logging.getLogger(__name__)
 
@@ -127,13 +131,13 @@ class GrpcServer:
             "required" if token else "off",
         )
 
-    def attach(self, controller) -> None:
+    def attach(self, controller: InboxView) -> None:
         """Serves ``controller``: its inbox goes live; health follows the run's state."""
         self.inbox.enable(controller)
         if self.config.direct_writes:
             controller.register("setup", self._start_direct)
 
-    def _start_direct(self, controller) -> None:
+    def _start_direct(self, controller: InboxView) -> None:
         """Starts the shards' Insert servers once the run's shards exist."""
         if self.inbox.refusal is not None:
             return
@@ -164,12 +168,12 @@ class GrpcServer:
         logger.info("gRPC server at %s stopped", self.address)
 
 
-def serve_run(config, controller) -> GrpcServer | None:
+def serve_run(config, controller: ServedRun) -> GrpcServer | None:
     """Starts the run's gRPC server when ``grpc.port`` is set and attaches it to ``controller``.
 
     Args:
         config: The run's ``RunConfig``.
-        controller: The run's controller (its inbox goes live).
+        controller: The run (the controller): its inbox goes live.
 
     Returns:
         The started server, or None when ``grpc.port`` is null.

@@ -18,8 +18,12 @@ import logging
 import math
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+
+if TYPE_CHECKING:
+    from services.driver.views import Counted, MetricsHost
 
 logger = logging.getLogger(__name__)
 
@@ -147,6 +151,7 @@ class MetricsExporter:
         sd_dir: str | Path | None = None,
     ) -> None:
         self.run_id = run_id
+        self.frame_skip = 1  # the run's collector.frame_skip, set by attach()
         self.registry = CollectorRegistry()
         self._seen: dict[tuple, float] = {}
         self.metrics = {}
@@ -193,20 +198,19 @@ class MetricsExporter:
         """The scrape URL."""
         return f"http://{self.host}:{self.port}/metrics"
 
-    def attach(self, controller) -> None:
-        """Registers the hooks that keep the metrics current."""
+    def attach(self, controller: MetricsHost) -> None:
+        """Registers the hooks that keep the metrics current (they read the run's counters)."""
+        self.frame_skip = controller.config.collector.frame_skip
         controller.register("rollout", self.on_rollout)
         controller.register("external", self.on_external)
         controller.register("round", self.on_round)
         controller.register("progress", self.on_progress)
         controller.register("checkpoint", self.on_checkpoint)
 
-    def on_rollout(self, controller, receipt) -> None:
+    def on_rollout(self, controller: Counted, receipt) -> None:
         """Counts one rollout receipt."""
         m = self.m
-        m("frames_total", source="collector").inc(
-            receipt.frames * controller.config.collector.frame_skip
-        )
+        m("frames_total", source="collector").inc(receipt.frames * self.frame_skip)
         m("transitions_total", source="collector").inc(receipt.frames)
         m("rollouts_total", collector=str(receipt.collector_id)).inc()
         m("episodes_total").inc(len(receipt.episode_returns))
@@ -215,16 +219,14 @@ class MetricsExporter:
             lag = controller.counters.model_version - receipt.policy_version
             m("policy_lag_versions").observe(max(lag, 0))
 
-    def on_external(self, controller, receipt) -> None:
+    def on_external(self, controller: Counted, receipt) -> None:
         """Counts one external actor's batch (gRPC), like a rollout's frames."""
         m = self.m
-        m("frames_total", source="external").inc(
-            receipt.frames * controller.config.collector.frame_skip
-        )
+        m("frames_total", source="external").inc(receipt.frames * self.frame_skip)
         m("transitions_total", source="external").inc(receipt.frames)
         m("episodes_total").inc(len(receipt.episode_returns))
 
-    def on_round(self, controller, receipt) -> None:
+    def on_round(self, controller: Counted, receipt) -> None:
         """Counts one learner round."""
         m = self.m
         m("optim_steps_total").inc(receipt.optim_steps)
@@ -234,7 +236,7 @@ class MetricsExporter:
             if math.isfinite(value):
                 m("loss", term=term).set(value)
 
-    def on_progress(self, controller, snapshot: dict) -> None:
+    def on_progress(self, controller: Counted, snapshot: dict) -> None:
         """Refreshes gauges from a progress snapshot."""
         m = self.m
         c = controller.counters
@@ -274,7 +276,7 @@ class MetricsExporter:
             m("eval_episode_return").set(evaluation["episode_return_mean"])
             m("eval_version").set(evaluation["version"])
 
-    def on_checkpoint(self, controller, path, seconds: float) -> None:
+    def on_checkpoint(self, controller: Counted, path, seconds: float) -> None:
         """Records a successful checkpoint."""
         self.m("checkpoint_duration_seconds").set(seconds)
         self.m("checkpoint_last_success_timestamp_seconds").set_to_current_time()

@@ -1,58 +1,63 @@
-"""Progress snapshots, return milestones and the final summary of a controller."""
+"""Progress snapshots and the final summary of a run.
+
+Both read a :class:`~services.driver.views.ReportView` of the run (its counters, episode
+window and return milestones are in ``run.accounting``, ``services.driver.accounting``).
+"""
 
 from __future__ import annotations
 
-import logging
 import math
-import time
+from typing import TYPE_CHECKING
 
 from services.observe.clock import process_start_time
 
-logger = logging.getLogger(__name__)
+if TYPE_CHECKING:
+    from services.driver.views import ReportView
 
 
-def snapshot(controller) -> dict:
+def snapshot(run: ReportView) -> dict:
     """Counters and rates for progress lines and metrics."""
-    c = controller.counters
-    rates = controller.rates.rates(frames=c.collected_frames, steps=c.optim_steps)
+    accounting = run.accounting
+    c = accounting.counters
+    rates = run.rates.rates(frames=c.collected_frames, steps=c.optim_steps)
     return {
         "frames": c.collected_frames,
-        "total_frames": controller.config.controller.total_frames,
+        "total_frames": run.config.controller.total_frames,
         "frames_per_s": rates["frames"],
         "optim_steps": c.optim_steps,
         "updates_per_s": rates["steps"],
         "model_version": c.model_version,
         "published_version": c.published_version,
         "episodes": c.episodes,
-        "episode_return_mean": controller.episodes.return_mean,
-        "episode_length_mean": controller.episodes.length_mean,
-        "exploration": controller.exploration(),
-        "elapsed_s": time.perf_counter() - controller.started_at,
+        "episode_return_mean": accounting.episodes.return_mean,
+        "episode_length_mean": accounting.episodes.length_mean,
+        "exploration": run.exploration(),
+        "elapsed_s": accounting.elapsed_s(),
         "generation": c.generation,
         "update_to_data": c.optim_steps / max(c.collected_frames, 1),
-        "learner": dict(controller.last_learner_metrics),
-        "replay": controller.replay.stats()
-        if controller.replay is not None and controller.shards
-        else [],
-        **controller.loop.state_dict(),
-        **(controller.evaluation.snapshot() if controller.evaluation is not None else {}),
+        "learner": dict(run.last_learner_metrics),
+        "replay": run.replay.stats() if run.replay is not None and run.shards else [],
+        **run.loop.state_dict(),
+        **(run.evaluation.snapshot() if run.evaluation is not None else {}),
     }
 
 
-def summary(controller) -> dict:
+def summary(run: ReportView) -> dict:
     """The run's final figures (the CLI prints them as its last line of JSON).
 
     ``startup_s`` is the time from this process's start to the first counted rollout receipt;
     each return milestone carries ``wall_s`` (since training started) and ``process_s``
     (since this process started).
     """
-    c = controller.counters
-    wall = controller.wall_s or (time.perf_counter() - controller.started_at)
-    mean = controller.episodes.return_mean
+    accounting = run.accounting
+    c = accounting.counters
+    wall = run.wall_s or accounting.elapsed_s()
+    mean = accounting.episodes.return_mean
+    first_rollout_at = accounting.first_rollout_at
     return {
-        "run_id": controller.run_id,
-        "lineage": list(controller.lineage),
-        "seed": controller.config.seed,
+        "run_id": run.run_id,
+        "lineage": list(run.lineage),
+        "seed": run.config.seed,
         "frames": c.collected_frames,
         "transitions": c.transitions,
         "optim_steps": c.optim_steps,
@@ -69,31 +74,13 @@ def summary(controller) -> dict:
         "replay_items_lost": c.replay_items_lost,
         "env_errors": c.env_errors,
         "nonfinite_steps": c.nonfinite_steps,
-        "stopped_early": controller.stop_requested,
-        "stop_reason": controller.stop_reason,
-        "return_milestones": {f"{k:g}": v for k, v in sorted(controller.milestones.items())},
-        "algorithm": controller.config.algorithm,
+        "stopped_early": run.stop_requested,
+        "stop_reason": run.stop_reason,
+        "return_milestones": {f"{k:g}": v for k, v in sorted(accounting.milestones.items())},
+        "algorithm": run.config.algorithm,
         "startup_s": None
-        if controller.first_rollout_at is None
-        else round(controller.first_rollout_at - process_start_time(), 3),
-        **controller.loop.state_dict(),
-        **(controller.evaluation.summary() if controller.evaluation is not None else {}),
+        if first_rollout_at is None
+        else round(first_rollout_at - process_start_time(), 3),
+        **run.loop.state_dict(),
+        **(run.evaluation.summary() if run.evaluation is not None else {}),
     }
-
-
-def update_milestones(controller) -> None:
-    """Records first crossings of ``return_milestones`` and applies ``stop_return``."""
-    ctrl = controller.config.controller
-    mean = controller.episodes.return_mean
-    if math.isnan(mean) or len(controller.episodes.returns) < ctrl.episode_window:
-        return
-    for threshold in ctrl.return_milestones:
-        if mean >= threshold and threshold not in controller.milestones:
-            controller.milestones[threshold] = {
-                "frames": controller.counters.collected_frames,
-                "wall_s": round(time.perf_counter() - controller.started_at, 3),
-                "process_s": round(time.time() - process_start_time(), 3),
-            }
-    if ctrl.stop_return is not None and mean >= ctrl.stop_return and not controller.stop_requested:
-        logger.info("running mean return %.1f reached stop_return; stopping", mean)
-        controller.request_stop(f"running mean return {mean:.1f} reached stop_return")
