@@ -30,7 +30,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Protocol
 
 from services.driver.stats import EpisodeWindow, RunCounters
-from services.run.clock import process_start_time
+from services.observe.clock import process_start_time
 
 if TYPE_CHECKING:
     from learner.receipts import StepReceipt
