@@ -1,6 +1,6 @@
 """Accounting: what the driver counts from receipts (pure, no Ray, no torch).
 
-Frames are counted once, from receipts, never from replay write counts (DESIGN rule 1). A
+Frames are counted once, from receipts, never from replay write counts (``docs/architecture.md``). A
 collector's ``RolloutReceipt`` and an external actor's ``ExternalReceipt`` (gRPC) are counted by
 the same :meth:`Accounting.count`: ``collected_frames += frames * frame_skip``,
 ``transitions += frames``, finished episodes into the running window; a rollout also counts

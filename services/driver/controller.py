@@ -67,6 +67,7 @@ class Controller:
         run_id: Unique id naming the run's actors (default: ``services.driver.runid.new_run_id``).
 
     Examples:
+        >>> from services.config import load_config
         >>> config = load_config(overrides=["controller.total_frames=5000"])
         >>> controller = Controller(config)  # doctest: +SKIP
         >>> summary = controller.run()  # sets up, trains, shuts down  # doctest: +SKIP
