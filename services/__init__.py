@@ -23,8 +23,8 @@ Rooms:
     * ``observe``: Prometheus metrics, progress lines, TensorBoard, snapshots and the summary,
       early stopping, the sweep's tables and plots.
     * ``evaluation``: the greedy-evaluation schedule (pure) and the evaluator actor.
-    * ``run``: one run's life (launch, run id, run directory, storage root), the embedded Ray in
-      its own session, the Ray toolbox, the process clock.
+    * ``run``: one run's life (launch, run directory, storage root), the embedded Ray in its own
+      session, the Ray toolbox.
 
 The wire contract that both the driver and a replay shard speak (the Experience proto, the
 zero-copy reader, batch specs and codecs, the shard-side intake) lives below, in
