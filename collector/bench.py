@@ -53,6 +53,7 @@ import torch
 from collector.env import env_seeds, make_vector_env
 from collector.group import CollectorGroup
 from collector.networks.q_mlp import ModelSpec
+from replay.local_ray import init_local_ray
 from replay.shard import remote_shard
 
 logger = logging.getLogger("collector.bench")
@@ -203,15 +204,7 @@ def main(argv: list[str] | None = None) -> dict:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
 
-    ray.init(
-        address="local",  # never attach to a (possibly stale) `ray start` cluster
-        num_cpus=8,
-        include_dashboard=False,
-        log_to_driver=False,
-        namespace="relayrl",
-        _node_ip_address="127.0.0.1",
-        runtime_env={"env_vars": {"PYTHONPATH": str(ROOT)}},
-    )
+    init_local_ray()
     raw = RawLoops(2, args.envs, args.epsilon)
     rigs = {1: CollectorRig("bench1", 1, args), 2: CollectorRig("bench2", 2, args)}
     # copies -> (raw figure, collector figure, ratio)

@@ -53,6 +53,7 @@ from learner.bench import publish_to_use
 from learner.config import LearnerConfig
 from learner.core import LearnerCore
 from learner.group import LearnerGroup
+from replay.local_ray import init_local_ray
 from replay.shard import remote_shard
 from replay.table import ReplayTable
 
@@ -310,15 +311,7 @@ def main(argv: list[str] | None = None) -> int:
 
         print(json.dumps(measure_compile(args)), flush=True)
         return 0
-    ray.init(
-        address="local",  # never attach to a (possibly stale) `ray start` cluster
-        num_cpus=8,
-        include_dashboard=False,
-        log_to_driver=False,
-        namespace="relayrl",
-        _node_ip_address="127.0.0.1",
-        runtime_env={"env_vars": {"PYTHONPATH": str(ROOT)}},
-    )
+    init_local_ray()
     try:
         result, shard = measure_collection(args)
         result.update(measure_learning(args, shard))
