@@ -1,4 +1,4 @@
-"""The collector's pure parts, no Ray: weights ordering, write routing, pause barrier, state."""
+"""The collector's pure parts, no Ray: weights, write routing, pause, state, bench ratios."""
 
 import threading
 import types
@@ -8,6 +8,7 @@ import torch
 
 from collector.control import STATE_FORMAT, PauseBarrier, check_state
 from collector.delivery import failover_shards, new_writer_id
+from collector.rig import bracket_ratios
 from collector.weights import PolicyWeights
 
 
@@ -83,3 +84,9 @@ def test_state_is_checked_against_the_loading_collector_and_upgraded():
     old = {"format": 1, "collector_id": 1, "num_envs": 4, "n_step": 3}
     upgraded = check_state(old, collector_id=1, num_envs=4, transitions="nstep-3")
     assert upgraded["format"] == STATE_FORMAT and upgraded["transitions"] == "nstep-3"
+
+
+def test_bench_ratios_set_each_collector_window_against_its_raw_bracket():
+    assert bracket_ratios([100.0, 80.0, 90.0], [81.0, 68.0]) == pytest.approx([0.9, 0.8])
+    with pytest.raises(ValueError):  # every collector window lies between two raw windows
+        bracket_ratios([100.0, 80.0], [81.0, 68.0])
