@@ -26,7 +26,14 @@ Layout:
     * ``onpolicy``: :class:`OnPolicyWorker` and :class:`OnPolicyTransform`, the on-policy pure
       core: ``SAME_STEP`` envs, fixed-length rollouts with GAE, or one complete episode per env
       with Monte-Carlo returns (REINFORCE).
-    * ``actor``: the ``Collector`` Ray actor; ``group``: :class:`CollectorGroup`.
+    * ``actor``: the ``Collector`` Ray actor, a thin shell (its threads) over the pure parts:
+      ``weights`` (:class:`~collector.weights.PolicyWeights`, the network and its
+      ``(generation, version)``), ``delivery`` (:class:`~collector.delivery.ReplayWriter`:
+      writer id, sequence numbers, sending, acknowledgement with failover to the next shard),
+      ``control`` (:class:`~collector.control.PauseBarrier` and the saved-state format);
+      ``group``: :class:`CollectorGroup`.
+    * ``rig``: the raw single-process loop and the collector rig that benchmarks set side by
+      side (``collector.bench``, ``services.bench atari``), for any env and network spec.
     * ``bench``: ``python -m collector.bench``, collectors against the raw env + policy loop.
 
 Off-policy transitions. The worker drops gymnasium's auto-reset steps, so no transition spans two

@@ -1,5 +1,11 @@
 """The Collector Ray actor: a thin shell over :class:`collector.rollout.RolloutWorker`.
 
+Its jobs live in plain modules: the weights in use and their ``(generation, version)`` in
+:mod:`collector.weights`, the writer id, sequence numbers and the acknowledgement with failover
+to the next shard in :mod:`collector.delivery`, the pause barrier and the saved-state format in
+:mod:`collector.control`. The actor holds the threads: its rollout calls, its control calls and
+the one stepper thread that runs every rollout's serial work.
+
 Pipelining: the actor runs two rollout calls at once (``ROLLOUT_CONCURRENCY``) and one stepper
 thread. A rollout call hands its work to the stepper, which in one go fetches and applies newer
 weights, steps the envs, takes the sequence number and sends the replay write (so writes leave in
@@ -26,13 +32,11 @@ state) during a rollout.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import functools
 import logging
 import os
 import threading
 import time
-import uuid
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -41,12 +45,14 @@ import numpy as np
 import ray
 import torch
 
+from collector.control import STATE_FORMAT, PauseBarrier, check_state
+from collector.delivery import ReplayWriter, SentRollout
 from collector.env import EnvError, env_seeds, make_vector_env
 from collector.onpolicy import OnPolicyTransform, OnPolicyWorker
 from collector.receipts import RolloutReceipt
-from collector.rollout import RolloutBatch, RolloutWorker
+from collector.rollout import RolloutWorker
+from collector.weights import PolicyWeights
 from replay.client import ReplayClient
-from replay.health import SHARD_FAILURES
 
 logger = logging.getLogger(__name__)
 
@@ -54,20 +60,6 @@ logger = logging.getLogger(__name__)
 ROLLOUT_CONCURRENCY = 2
 # Control calls (pause, resume, weights, state) run in their own threads, never behind rollouts.
 CONCURRENCY_GROUPS = {"control": 2}
-STATE_FORMAT = 2
-
-
-@dataclasses.dataclass(frozen=True)
-class _Stepped:
-    """What the stepper thread hands back to a rollout call."""
-
-    batch: RolloutBatch
-    seq: int
-    generation: int
-    version: int
-    pending: ray.ObjectRef
-    rollout_s: float
-    sent_at: float
 
 
 class Collector:
@@ -122,17 +114,16 @@ class Collector:
         torch.set_num_threads(1)
         self.collector_id = collector_id
         self.seed = seed
-        self.writer_id = self._new_writer_id()
         # Shards given by name are looked up here: Ray cannot restart an actor whose constructor
         # arguments hold actor handles if those go out of scope, and it warns about it.
         handles = [
             ray.get_actor(s, namespace="relayrl") if isinstance(s, str) else s for s in shards
         ]
-        self.replay = ReplayClient(handles)
+        self.writer = ReplayWriter(ReplayClient(handles), collector_id)
         torch.manual_seed(seed * 7919 + collector_id)
-        self.network = model_spec.build().eval()
+        self.weights = PolicyWeights(model_spec.build().eval())
         self.policy = model_spec.make_policy(
-            self.network, np.random.SeedSequence([seed, collector_id, 1])
+            self.weights.network, np.random.SeedSequence([seed, collector_id, 1])
         )
         seeds = env_seeds(seed, collector_id, num_envs)
         self.env_id = env_id
@@ -160,35 +151,17 @@ class Collector:
         else:
             self.worker = OnPolicyWorker(envs, self.policy, seeds, transform)
             self.transitions = transform.kind
-        self.seq = 0
         self.env_errors = 0
-        self.generation = -1
-        self.version = -1
+        # The step lock guards the network, the worker and the writer's sequence numbers.
         self._step_lock = threading.Lock()
         self._stepper = ThreadPoolExecutor(max_workers=1, thread_name_prefix="stepper")
-        self._state = threading.Condition()
-        self._active = 0
-        self._paused = False
-
-    def _new_writer_id(self) -> str:
-        return f"collector-{self.collector_id}/{uuid.uuid4().hex[:8]}"
+        self._barrier = PauseBarrier()
 
     # -- weights -----------------------------------------------------------------------------
     @ray.method(concurrency_group="control")
     def policy_version(self) -> tuple[int, int]:
         """``(generation, version)`` of the weights in use; ``(-1, -1)`` before any."""
-        return self.generation, self.version
-
-    def _is_newer(self, weights) -> bool:
-        return (weights.generation, weights.version) > (self.generation, self.version)
-
-    def _apply(self, weights, state_dict) -> bool:
-        """Loads fetched weights if still newer; the caller holds the step lock."""
-        if not self._is_newer(weights):
-            return False
-        self.network.load_state_dict(state_dict)
-        self.generation, self.version = weights.generation, weights.version
-        return True
+        return self.weights.label
 
     @ray.method(concurrency_group="control")
     def set_weights(self, weights) -> bool:
@@ -200,11 +173,11 @@ class Collector:
         Args:
             weights: A ``learner.PublishedWeights`` (generation, version, state dict reference).
         """
-        if not self._is_newer(weights):
+        if not self.weights.is_newer(weights):
             return False
         state_dict = ray.get(weights.ref)
         with self._step_lock:
-            return self._apply(weights, state_dict)
+            return self.weights.apply(weights, state_dict)
 
     # -- rollouts ----------------------------------------------------------------------------
     def rollout(self, frames: int, explore=None, weights=None) -> RolloutReceipt:
@@ -222,68 +195,14 @@ class Collector:
                 which this one takes its own, as in Ape-X).
             weights: Optional newer ``PublishedWeights`` to apply before stepping.
         """
-        with self._state:
-            while self._paused:
-                self._state.wait()
-            self._active += 1
+        self._barrier.enter()
         try:
-            step = self._stepper.submit(self._step_and_send, frames, explore, weights).result()
-            write = self._acknowledged(step)
-            if write.duplicate:  # cannot happen with a fresh writer id; would mean lost frames
-                logger.warning(
-                    "collector %d: write %d acknowledged as a duplicate",
-                    self.collector_id,
-                    step.seq,
-                )
-            return RolloutReceipt(
-                collector_id=self.collector_id,
-                seq=step.seq,
-                frames=step.batch.frames,
-                episode_returns=tuple(step.batch.episode_returns),
-                episode_lengths=tuple(step.batch.episode_lengths),
-                policy_generation=step.generation,
-                policy_version=step.version,
-                writes=(write,),
-                rollout_s=step.rollout_s,
-                write_s=time.perf_counter() - step.sent_at,
-            )
+            sent = self._stepper.submit(self._step_and_send, frames, explore, weights).result()
+            return sent.receipt(self.collector_id, self.writer.acknowledged(sent))
         finally:
-            with self._state:
-                self._active -= 1
-                self._state.notify_all()
+            self._barrier.leave()
 
-    def _acknowledged(self, step: _Stepped):
-        """Waits for a write's receipt; a write its shard could not take goes to the next one.
-
-        A shard that died or is restarting loses what it held, so storing the batch elsewhere
-        under the same ``(writer_id, seq)`` never duplicates a live item.
-
-        Raises:
-            ray.exceptions.RayActorError: If no shard took the write.
-        """
-        try:
-            return ray.get(step.pending)
-        except SHARD_FAILURES as err:
-            home = self.collector_id % len(self.replay.shards)
-            failure = err
-        for k in range(1, len(self.replay.shards)):
-            shard = (home + k) % len(self.replay.shards)
-            logger.warning(
-                "collector-%d: replay-%d did not take write %d (%s); sent to replay-%d",
-                self.collector_id,
-                (shard - 1) % len(self.replay.shards),
-                step.seq,
-                failure,
-                shard,
-            )
-            try:
-                batch = step.batch.transitions
-                return self.replay.write(batch, self.writer_id, step.seq, shard=shard)
-            except SHARD_FAILURES as err:
-                failure = err
-        raise failure
-
-    def _step_and_send(self, frames: int, explore, weights) -> _Stepped:
+    def _step_and_send(self, frames: int, explore, weights) -> SentRollout:
         """Runs on the stepper thread: fetches and applies newer weights, steps, sends the write.
 
         Writes leave in sequence order because one thread sends them all.
@@ -292,29 +211,26 @@ class Collector:
             epsilons = explore["epsilons"]
             explore = {**explore, "epsilon": epsilons[self.collector_id % len(epsilons)]}
         fetched = None
-        if weights is not None and self._is_newer(weights):
+        if weights is not None and self.weights.is_newer(weights):
             fetched = ray.get(weights.ref)
         with self._step_lock:
             if fetched is not None:
-                self._apply(weights, fetched)
+                self.weights.apply(weights, fetched)
             start = time.perf_counter()
             steps = max(1, frames // self.worker.num_envs)
-            seq = self.seq
             seeds = None
             if self.transitions == "episodes":  # fresh, reproducible episodes every rollout
-                seeds = env_seeds(self.seed, self.collector_id, self.worker.num_envs, seq + 1, 1)
+                seeds = env_seeds(
+                    self.seed, self.collector_id, self.worker.num_envs, self.writer.seq + 1, 1
+                )
             try:
-                batch = self.worker.rollout(steps, explore, self.version, seeds=seeds)
+                batch = self.worker.rollout(steps, explore, self.weights.version, seeds=seeds)
             except Exception as err:
                 raise self._rebuild_envs(err) from err
             stepped = time.perf_counter()
-            self.seq += 1
-            pending = self.replay.write_async(
-                batch.transitions, self.writer_id, seq, shard=self.collector_id
-            )
-            return _Stepped(
-                batch, seq, self.generation, self.version, pending, stepped - start, stepped
-            )
+            seq, pending = self.writer.send(batch.transitions)
+            generation, version = self.weights.label
+            return SentRollout(batch, seq, generation, version, pending, stepped - start, stepped)
 
     def _rebuild_envs(self, err: Exception) -> EnvError:
         """After an env raised: fresh envs on re-seeded episodes; returns the error to raise.
@@ -332,7 +248,7 @@ class Collector:
                 self.seed,
                 self.collector_id,
                 self.worker.num_envs,
-                self.seq + 1,
+                self.writer.seq + 1,
                 self.env_errors + 1,
             )
         )
@@ -355,18 +271,14 @@ class Collector:
         Raises:
             TimeoutError: If rollouts are still running after ``timeout`` (still paused).
         """
-        with self._state:
-            self._paused = True
-            if not self._state.wait_for(lambda: self._active == 0, timeout):
-                raise TimeoutError(f"collector {self.collector_id}: rollouts still running")
-            return self.seq
+        if not self._barrier.pause(timeout):
+            raise TimeoutError(f"collector {self.collector_id}: rollouts still running")
+        return self.writer.seq
 
     @ray.method(concurrency_group="control")
     def resume(self) -> None:
         """Lets waiting and new rollouts run again."""
-        with self._state:
-            self._paused = False
-            self._state.notify_all()
+        self._barrier.resume()
 
     # -- state -------------------------------------------------------------------------------
     @ray.method(concurrency_group="control")
@@ -382,7 +294,7 @@ class Collector:
                 "collector_id": self.collector_id,
                 "num_envs": self.worker.num_envs,
                 "transitions": self.transitions,
-                "seq": self.seq,
+                "seq": self.writer.seq,
                 "frames": self.worker.frames,
                 "episodes": self.worker.episodes,
                 "policy": self.policy.state_dict(),
@@ -400,28 +312,20 @@ class Collector:
             ValueError: If the state belongs to another collector or another shape of one.
             RuntimeError: If a rollout is running (pause first).
         """
-        if state.get("format") == 1:  # written before on-policy collectors: n-step only
-            state = {**state, "format": 2, "transitions": f"nstep-{state.get('n_step')}"}
-        expected = {
-            "format": STATE_FORMAT,
-            "collector_id": self.collector_id,
-            "num_envs": self.worker.num_envs,
-            "transitions": self.transitions,
-        }
-        for key, value in expected.items():
-            if state.get(key) != value:
-                raise ValueError(f"{key}: state has {state.get(key)!r}, collector has {value!r}")
-        with self._state, self._step_lock:
-            if self._active:
-                raise RuntimeError(f"collector {self.collector_id}: pause before loading state")
-            self.seq = int(state["seq"])
-            self.writer_id = self._new_writer_id()
+        state = check_state(
+            state,
+            collector_id=self.collector_id,
+            num_envs=self.worker.num_envs,
+            transitions=self.transitions,
+        )
+        with self._barrier.idle(f"collector {self.collector_id}"), self._step_lock:
+            self.writer.renew(int(state["seq"]))
             self.worker.frames = int(state["frames"])
             self.worker.episodes = int(state["episodes"])
             self.policy.load_state_dict(state["policy"])
             torch.set_rng_state(torch.tensor(np.asarray(state["torch_rng"]), dtype=torch.uint8))
-            seeds = env_seeds(self.seed, self.collector_id, self.worker.num_envs, self.seq + 1)
-            self.worker.reset(seeds)
+            num_envs, seq = self.worker.num_envs, self.writer.seq
+            self.worker.reset(env_seeds(self.seed, self.collector_id, num_envs, seq + 1))
 
     @ray.method(concurrency_group="control")
     def ping(self) -> int:

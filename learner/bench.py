@@ -36,6 +36,7 @@ from collector.networks.q_mlp import ModelSpec
 from learner.config import LearnerConfig
 from learner.core import LearnerCore
 from learner.group import LearnerGroup
+from replay.local_ray import init_local_ray
 from replay.shard import remote_shard
 
 SPEC = ModelSpec(4, 2, (64, 64))
@@ -115,13 +116,7 @@ def main(argv: list[str] | None = None) -> dict:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
     config = LearnerConfig(global_batch_size=BATCH, hidden_sizes=SPEC.hidden_sizes)
-    ray.init(
-        address="local",  # never attach to a (possibly stale) `ray start` cluster
-        num_cpus=8,
-        include_dashboard=False,
-        namespace="relayrl",
-        log_to_driver=False,
-    )
+    init_local_ray()
     shards = [remote_shard("bench", i, 50_000, seed=i) for i in range(2)]
     rng = np.random.default_rng(1)
     ray.get([s.write.remote(transitions(20_000, rng), "bench", 0) for s in shards])

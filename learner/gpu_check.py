@@ -29,6 +29,7 @@ from collector.networks.q_mlp import ModelSpec
 from learner.config import LearnerConfig
 from learner.core import LearnerCore
 from learner.group import LearnerGroup
+from replay.local_ray import init_local_ray
 from replay.shard import remote_shard
 
 SPEC = ModelSpec(4, 2, (64, 64))
@@ -172,13 +173,7 @@ def main() -> int:
         for precision in ("fp32", "bf16", "fp16")
     }
     checks["state_round_trip"] = run("state", check_state_round_trip)
-    ray.init(
-        address="local",  # never attach to a (possibly stale) `ray start` cluster
-        num_gpus=torch.cuda.device_count(),
-        include_dashboard=False,
-        namespace="relayrl",
-        log_to_driver=False,
-    )
+    init_local_ray(num_cpus=None, num_gpus=torch.cuda.device_count())
     try:
         shard = remote_shard("gpu-check", 0, 10_000)
         ray.get(shard.write.remote(arrays(5_000, 0), "gpu-check", 0))

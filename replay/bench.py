@@ -40,6 +40,7 @@ import numpy as np
 import ray
 
 from replay.client import ReplayClient
+from replay.local_ray import init_local_ray
 from replay.shard import remote_shard
 
 logger = logging.getLogger("replay.bench")
@@ -261,16 +262,8 @@ def main(argv: list[str] | None = None) -> dict:
 
     started = time.perf_counter()
     directory = Path(tempfile.mkdtemp(prefix="relayrl-replay-bench-", dir=args.dir))
-    ray.init(
-        address="local",  # never attach to a (possibly stale) `ray start` cluster
-        num_cpus=8,
-        include_dashboard=False,
-        namespace="relayrl",
-        _node_ip_address="127.0.0.1",
-        log_to_driver=False,
-        object_store_memory=1 << 30,  # in-flight batches only; a small store is reused warm
-        runtime_env={"env_vars": {"PYTHONPATH": str(Path(__file__).resolve().parents[1])}},
-    )
+    # A small object store: it holds in-flight batches only, and is reused warm.
+    init_local_ray(object_store_memory=1 << 30)
     results: dict = {}
     try:
         for num_shards in (1, 2):

@@ -11,6 +11,8 @@ from pathlib import Path
 import pytest
 import ray
 
+from replay.local_ray import init_local_ray
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -35,14 +37,7 @@ def storage_root(tmp_path_factory):
 def ray_cluster():
     """A local Ray with generous logical CPUs (actors mostly wait on 2 real cores)."""
     if not ray.is_initialized():
-        ray.init(
-            address="local",
-            num_cpus=8,
-            include_dashboard=False,
-            namespace="relayrl",
-            _node_ip_address="127.0.0.1",
-            runtime_env={"env_vars": {"PYTHONPATH": str(ROOT)}},
-        )
+        init_local_ray(log_to_driver=True)
     yield ray
     ray.shutdown()
 

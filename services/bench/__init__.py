@@ -6,7 +6,7 @@ Subcommands (each prints progress to stderr and one JSON object as its last line
     * ``grpc``: external insert throughput over gRPC against a raw gRPC stream of the same
       bytes (:mod:`services.bench.grpc`).
     * ``atari``: the pixel data path (:mod:`services.bench.atari`; ``--compile``:
-      :mod:`services.bench.compiled`).
+      :mod:`services.bench.compiled`; the Pong task both use: :mod:`services.bench.pong`).
     * ``marl``: IQL, VDN and QMIX on Spread against random play (:mod:`services.bench.marl`).
     * ``soak``: faults injected on a schedule (:mod:`services.bench.soak`).
     * ``checkpoint``: cut and restore times of a run holding 1 M transitions

@@ -21,6 +21,7 @@ import numpy as np
 import ray
 
 from learner.bench import transitions as random_transitions
+from replay.local_ray import init_local_ray
 from services.checkpoints.cut import restore_learners, restore_services
 from services.checkpoints.store import verify
 from services.config import load_config
@@ -51,13 +52,7 @@ def main(argv: list[str] | None = None) -> int:
         f"checkpoint.dir={root}",
         "controller.total_frames=1000",
     ]
-    ray.init(
-        address="local",
-        num_cpus=8,
-        include_dashboard=False,
-        namespace="relayrl",
-        _node_ip_address="127.0.0.1",
-    )
+    init_local_ray(log_to_driver=True)
     try:
         first = Controller(load_config(overrides=[*overrides, "run.name=ckbench-a"]))
         first.setup()

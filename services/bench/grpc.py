@@ -48,6 +48,7 @@ import gymnasium as gym
 import numpy as np
 import ray
 
+from replay.local_ray import init_local_ray
 from replay.wire.batches import encode_arrays, shard_of, transition_spec
 from replay.wire.reader import parse_insert
 from services.config import load_config
@@ -309,15 +310,7 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(run_client(*args.client)), flush=True)
         return 0
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
-    ray.init(
-        address="local",
-        num_cpus=4,
-        include_dashboard=False,
-        namespace="relayrl",
-        _node_ip_address="127.0.0.1",
-        log_to_driver=False,
-        _system_config={"worker_niceness": WORKER_NICENESS},
-    )
+    init_local_ray(num_cpus=4, _system_config={"worker_niceness": WORKER_NICENESS})
     options = [("grpc.max_receive_message_length", 64 << 20)]
     results: dict[str, float] = {}
     try:

@@ -32,6 +32,7 @@ import numpy as np
 import ray
 
 from collector.multiagent import ParallelVectorEnv
+from replay.local_ray import init_local_ray
 
 ROOT = Path(__file__).resolve().parents[2]
 METHODS = ("iql", "vdn", "qmix")
@@ -143,14 +144,7 @@ def main(argv: list[str] | None = None) -> int:
         }
     }
     print(f"random: {json.dumps(report['random'])}", file=sys.stderr, flush=True)
-    ray.init(
-        address="local",
-        num_cpus=4,
-        include_dashboard=False,
-        namespace="relayrl",
-        _node_ip_address="127.0.0.1",
-        log_to_driver=False,
-    )
+    init_local_ray(num_cpus=4)
     try:
         with tempfile.TemporaryDirectory(prefix="relayrl-marl-") as storage:
             for method in methods:

@@ -38,6 +38,7 @@ from pathlib import Path
 
 import ray
 
+from replay.local_ray import init_local_ray
 from services.config import load_config
 
 
@@ -167,14 +168,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from services.driver.controller import Controller  # torch: after argument parsing
 
-    ray.init(
-        address="local",  # never attach to a (possibly stale) `ray start` cluster
-        num_cpus=8,
-        include_dashboard=False,
-        namespace="relayrl",
-        _node_ip_address="127.0.0.1",
-        log_to_driver=False,
-    )
+    init_local_ray()
     soak = Soak(args)
     with tempfile.TemporaryDirectory(prefix="relayrl-soak-") as temp:
         config = load_config(
