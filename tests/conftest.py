@@ -33,6 +33,16 @@ def storage_root(tmp_path_factory):
         os.environ["RELAYRL_STORAGE"] = previous
 
 
+def pytest_collection_modifyitems(items):
+    """Every test on the shared Ray cluster is ``slow``: ``-m "not slow"`` is the unit tests.
+
+    Tests that start a CLI run or a cluster of their own carry ``@pytest.mark.slow`` themselves.
+    """
+    for item in items:
+        if "ray_cluster" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.slow)
+
+
 @pytest.fixture(scope="session")
 def ray_cluster():
     """A local Ray with generous logical CPUs (actors mostly wait on 2 real cores)."""

@@ -109,6 +109,7 @@ def frames_of(progress_line: str) -> int:
     return int(progress_line.split()[1].split("/")[0].replace(",", ""))
 
 
+@pytest.mark.slow
 def test_ppo_stopped_with_sigterm_resumes_its_iterations_and_lr_schedule(tmp_path):
     run_dir = tmp_path / "run"
     args = [

@@ -5,6 +5,7 @@ import signal
 import subprocess
 
 import numpy as np
+import pytest
 import ray
 import torch
 
@@ -138,6 +139,7 @@ def test_dead_learner_is_restored_from_the_latest_checkpoint(ray_cluster, tmp_pa
         controller.shutdown()
 
 
+@pytest.mark.slow
 def test_sigterm_leaves_a_loadable_checkpoint_and_exits_zero(tmp_path):
     process = subprocess.Popen(
         [
@@ -173,6 +175,7 @@ def test_sigterm_leaves_a_loadable_checkpoint_and_exits_zero(tmp_path):
     assert manifest["counters"]["collected_frames"] == summary["frames"]
 
 
+@pytest.mark.slow
 def test_bad_checkpoints_are_refused_and_older_ones_stay_loadable(tmp_path):
     run_dir = tmp_path / "run"
     result = run_cli(

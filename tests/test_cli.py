@@ -55,6 +55,7 @@ def test_invalid_config_exits_before_any_actor(override, field, tmp_path):
     assert not any(tmp_path.iterdir())  # nothing written
 
 
+@pytest.mark.slow
 def test_two_runs_started_together_get_distinct_run_directories(tmp_path):
     args = [
         "--set",

@@ -89,6 +89,7 @@ def stale_cluster_file():
         yield {**cli_env(), "RAY_TMPDIR": temp}
 
 
+@pytest.mark.slow
 def test_a_bare_init_fails_on_the_stale_file_but_the_entry_points_run(stale_cluster_file):
     bare = subprocess.run(
         [PYTHON, "-c", "import ray; ray.init(num_cpus=1)"],

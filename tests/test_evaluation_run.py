@@ -10,6 +10,8 @@ import re
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from services.checkpoints.retention import checkpoint_score
 from services.checkpoints.store import latest_valid
 from services.plot import evaluation_points, plot_run, read_log
@@ -42,6 +44,7 @@ def list_actors(address: str, env: dict) -> set[str]:
     return {a["name"] for a in json.loads(listed.stdout) if a["state"] != "DEAD"}
 
 
+@pytest.mark.slow
 def test_a_run_with_evaluation_seen_through_rays_tools(tmp_path):
     run_dir = tmp_path / "run"
     args = [

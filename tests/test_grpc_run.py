@@ -38,6 +38,8 @@ RUN_ARGS = (
     "checkpoint.keep=10",
 )
 
+pytestmark = pytest.mark.slow  # every test here starts a run of its own
+
 
 def scraped(port: int, name: str, **labels: str) -> float:
     """The sum of ``name``'s samples with ``labels`` in one scrape of the run's /metrics."""

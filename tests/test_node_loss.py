@@ -22,6 +22,8 @@ import pytest
 from services.checkpoints.store import latest_valid
 from tests.conftest import PYTHON, ROOT, cli_env, processes_naming
 
+pytestmark = pytest.mark.slow  # every test here starts a run of its own
+
 
 def free_port() -> int:
     with socket.socket() as sock:

@@ -6,6 +6,7 @@ import subprocess
 import urllib.request
 from pathlib import Path
 
+import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -41,6 +42,7 @@ def value(samples, name, **labels):
     return sum(matches)
 
 
+@pytest.mark.slow
 def test_scrapes_during_a_run_then_plot(tmp_path, free_port):
     run_dir = tmp_path / "run"
     process = subprocess.Popen(

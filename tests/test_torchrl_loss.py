@@ -88,6 +88,7 @@ def test_target_updates_are_torchrls_and_move_toward_the_online_network(tau):
         loss.update_target(tau / 2)
 
 
+@pytest.mark.slow
 def test_a_torchrl_loss_is_refused_naming_the_extra_when_torchrl_is_missing():
     code = (
         "import sys; sys.modules['torchrl'] = None\n"  # as if the extra were not installed
