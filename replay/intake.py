@@ -18,12 +18,20 @@ The driver keeps its say, mirrored in every shard by an :class:`IntakeGate`:
   budget, UTD pacing, Prometheus ``source="external"``). A shard answers a stream once its
   batches are stored; ``total_frames`` in the reply is the run's count as last pushed.
 
-Bad input gets the driver's answers (INVALID_ARGUMENT naming the key, UNAUTHENTICATED without
-the token); a batch routed to the wrong shard is refused naming ``seq``.
+Bad input gets the driver's answers, from the same code (:mod:`replay.wire`): INVALID_ARGUMENT
+naming the key or field, UNAUTHENTICATED without a credential, PERMISSION_DENIED for another
+caller's writer id, RESOURCE_EXHAUSTED beyond the stream or rate limits; a batch routed to the
+wrong shard is refused naming ``seq``. A batch naming a policy version the shard has not heard
+of yet waits a moment for the driver's next word (:data:`VERSION_WAIT_S`) before it is refused.
+
+A shard binds the interface the operator chose (``grpc.host``) where its node has it, else its
+node's own address (never every interface unless ``grpc.host`` is a wildcard), with the run's
+TLS and credentials (:func:`start_intake_server`).
 """
 
 from __future__ import annotations
 
+import ipaddress
 import logging
 import threading
 import time
@@ -33,25 +41,32 @@ from concurrent.futures import ThreadPoolExecutor
 import grpc
 
 from replay.wire import experience_pb2 as pb
+from replay.wire.auth import ScopedAuth, caller_identity
 from replay.wire.batches import (
+    ROUTE_GROUP,
+    WRITER_PREFIX,
     BatchError,
     ExternalReceipt,
-    TransitionSpec,
-    check_insert,
     shard_of,
+    shown,
 )
+from replay.wire.leases import SEQ_WINDOW, WriterLeases
 from replay.wire.service import (
+    Admission,
     IntakeClosed,
-    TokenAuth,
     experience_handler,
     receipt_message,
+    refusal_message,
+    refusal_status,
     remaining_seconds,
 )
+from replay.wire.transport import WILDCARDS, StreamSlots, bind, insert_streams, make_server
 
 logger = logging.getLogger(__name__)
 
 
 WRITES_AHEAD = 4  # batches one stream may have received and not yet stored
+VERSION_WAIT_S = 5.0  # a batch naming a newer policy version waits this long to hear of it
 
 
 class IntakeGate:
@@ -64,14 +79,25 @@ class IntakeGate:
         self.held = False
         self.active = 0
         self.total_frames = 0
+        self.published_version = -1
+        self.version_wait_s = VERSION_WAIT_S
         self._receipts: list[ExternalReceipt] = []
 
-    def set(self, *, open: bool, closed: bool, total_frames: int) -> None:
+    def set(
+        self, *, open: bool, closed: bool, total_frames: int, published_version: int = -1
+    ) -> None:
         """The driver's intake state (pushed whenever it changes)."""
         with self._cond:
             self.open, self.closed = open, closed
             self.total_frames = max(self.total_frames, total_frames)
+            self.published_version = max(self.published_version, published_version)
             self._cond.notify_all()
+
+    def max_version(self, named: int) -> int:
+        """The newest published version, after waiting up to ``version_wait_s`` for ``named``."""
+        with self._cond:
+            self._cond.wait_for(lambda: self.published_version >= named, self.version_wait_s)
+            return self.published_version
 
     def enter(self, timeout: float) -> None:
         """Waits until a write may be stored and counts it as in progress.
@@ -99,10 +125,13 @@ class IntakeGate:
                 self._receipts.append(receipt)
             self._cond.notify_all()
 
-    def drain(self, total_frames: int = 0) -> list[ExternalReceipt]:
-        """The receipts stored since the last drain; ``total_frames``: the run's count now."""
+    def drain(self, total_frames: int = 0, published_version: int = -1) -> list[ExternalReceipt]:
+        """The receipts stored since the last drain; the run's frame count and version now."""
         with self._cond:
             self.total_frames = max(self.total_frames, total_frames)
+            if published_version > self.published_version:
+                self.published_version = published_version
+                self._cond.notify_all()
             receipts, self._receipts = self._receipts, []
             return receipts
 
@@ -128,28 +157,27 @@ class ShardInsertServicer:
     Args:
         write: Stores ``(arrays, writer, seq)`` in the shard's table; returns its receipt.
         gate: The shard's :class:`IntakeGate`.
-        spec: The run's transition spec.
+        admission: The batch checks and writer leases (the driver's, see ``replay.wire``).
         shard_id: This shard's index.
         num_shards: Shards in the run.
-        max_bytes: Largest batch.
     """
 
     def __init__(
         self,
         write: Callable,
         gate: IntakeGate,
-        spec: TransitionSpec,
+        admission: Admission,
         *,
         shard_id: int,
         num_shards: int,
-        max_bytes: int,
     ) -> None:
         self.write = write
         self.gate = gate
-        self.spec = spec
+        self.admission = admission
+        self.spec = admission.spec
         self.shard_id = shard_id
         self.num_shards = num_shards
-        self.max_bytes = max_bytes
+        self.max_bytes = admission.max_bytes
 
     def Insert(self, request_iterator, context):
         """Checks and stores each batch; answers with the receipts once all are stored.
@@ -158,37 +186,40 @@ class ShardInsertServicer:
         (numpy copies run without the GIL), so the next message is received meanwhile.
         """
         timeout = remaining_seconds(context)
+        owner = caller_identity(context)
         pending: list = []
         try:
             with ThreadPoolExecutor(max_workers=1, thread_name_prefix="intake-write") as writer:
                 for request in request_iterator:
-                    checked = self._check(request)
+                    checked = self._check(request, owner)
                     self.gate.enter(timeout)
                     pending.append(writer.submit(self._store, request, checked))
                     if len(pending) > WRITES_AHEAD:  # bounds the batches held in memory
                         pending[-WRITES_AHEAD - 1].result()
                 receipts = [future.result() for future in pending]
-        except BatchError as err:
-            context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(err))
-        except IntakeClosed as err:
-            context.abort(grpc.StatusCode.UNAVAILABLE, str(err))
-        except TimeoutError as err:
-            context.abort(grpc.StatusCode.DEADLINE_EXCEEDED, f"insert timed out: {err}")
+        except grpc.RpcError:  # cancelled (the client left, or idle); what was stored stays
+            return None
+        except Exception as err:
+            code = refusal_status(err)
+            if code is None:
+                raise
+            context.abort(code, refusal_message(err))
         return pb.InsertReply(
             receipts=[receipt_message(r) for r in receipts],
             frames_counted=sum(r.frames for r in receipts),
             total_frames=self.gate.total_frames,
         )
 
-    def _check(self, request) -> tuple[str, dict]:
-        writer, arrays = check_insert(request, self.spec, max_bytes=self.max_bytes)
-        owner = shard_of(writer, request.seq, self.num_shards)
-        if owner != self.shard_id:
-            raise BatchError(
-                f"seq: batch {request.seq} of writer {request.writer_id!r} belongs to shard "
-                f"{owner}, not {self.shard_id} (see Experience/GetRoute)"
-            )
-        return writer, arrays
+    def _check(self, request, owner: str) -> tuple[str, dict]:
+        """The route first (a batch for another shard takes no lease here), then admission."""
+        if getattr(request, "error", None) is None and request.writer_id:
+            owner_shard = shard_of(WRITER_PREFIX + request.writer_id, request.seq, self.num_shards)
+            if owner_shard != self.shard_id:
+                raise BatchError(
+                    f"seq: batch {request.seq} of writer {shown(request.writer_id)} belongs to "
+                    f"shard {owner_shard}, not {self.shard_id} (see Experience/GetRoute)"
+                )
+        return self.admission.check(request, owner)
 
     def _store(self, request, checked: tuple[str, dict]) -> ExternalReceipt:
         writer, arrays = checked
@@ -209,37 +240,75 @@ class ShardInsertServicer:
         return receipt
 
 
-def start_server(
-    servicer: ShardInsertServicer,
-    *,
-    host: str,
-    advertise: str,
-    token: str | None,
-    max_workers: int,
-) -> tuple[grpc.Server, str]:
-    """Starts a shard's Insert server on ``host`` (an OS-chosen port).
+def start_intake_server(
+    write: Callable, shard_id: int, options: dict, *, node_ip: str
+) -> tuple[IntakeGate, grpc.Server, str]:
+    """Serves a shard's direct writes; returns its gate, server and the address clients dial.
 
-    Returns:
-        The server and the address clients use (``advertise:port``).
+    Args:
+        write: Stores ``(arrays, writer, seq)`` in the shard's table.
+        shard_id: The shard's index.
+        options: ``spec``, ``num_shards``, ``host``, ``operator``/``actor`` (credentials),
+            ``tls`` (:class:`replay.wire.transport.ServerTls` or None), ``max_bytes``,
+            ``max_workers``, ``lease_s``, ``frames_per_s``, ``clip_actions``, ``idle_s``,
+            ``published_version`` (``services.config.grpc.GrpcConfig.shard_intake_options``).
+
+    Keyword Args:
+        node_ip: This node's address (bound when ``host`` is not this node's, advertised for
+            a wildcard).
 
     Raises:
-        OSError: If the address cannot be bound.
+        OSError: If no address can be bound.
     """
-    limit = 2 * servicer.max_bytes + (1 << 20)
-    server = grpc.server(
-        ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="intake"),
-        interceptors=[TokenAuth(token)] if token else [],
-        options=[
-            ("grpc.max_receive_message_length", limit),
-            ("grpc.max_send_message_length", limit),
-            ("grpc.so_reuseport", 0),
-        ],
+    num_shards = options["num_shards"]
+    rate = options.get("frames_per_s")
+    # A shard sees a writer's batches in runs of ROUTE_GROUP, one run in every num_shards.
+    leases = WriterLeases(
+        lease_s=options.get("lease_s", 300.0),
+        window=SEQ_WINDOW + ROUTE_GROUP * num_shards,
+        frames_per_s=rate / num_shards if rate else None,
     )
-    server.add_generic_rpc_handlers((experience_handler(servicer, methods=("Insert",)),))
-    bind = f"[{host}]" if ":" in host else host
-    port = server.add_insecure_port(f"{bind}:0")
-    if port == 0:
-        raise OSError(f"grpc.host: a replay shard cannot bind {bind}")
+    gate = IntakeGate()
+    gate.published_version = options.get("published_version", -1)
+    admission = Admission(
+        options["spec"],
+        leases,
+        max_bytes=options["max_bytes"],
+        clip_actions=options.get("clip_actions", False),
+        max_version=gate.max_version,
+    )
+    servicer = ShardInsertServicer(write, gate, admission, shard_id=shard_id, num_shards=num_shards)
+    operator, actor = options.get("operator"), options.get("actor")
+    server = make_server(
+        max_workers=options["max_workers"],
+        max_bytes=options["max_bytes"],
+        interceptors=[ScopedAuth(operator, actor)] if operator else [],
+        thread_name="intake",
+    )
+    slots = StreamSlots(insert_streams(options["max_workers"]), options.get("idle_s"))
+    server.add_generic_rpc_handlers((experience_handler(servicer, ("Insert",), slots=slots),))
+    port, advertise = _bind(server, options["host"], options.get("tls"), node_ip)
     server.start()
     shown = f"[{advertise}]" if ":" in advertise else advertise
-    return server, f"{shown}:{port}"
+    return gate, server, f"{shown}:{port}"
+
+
+def _bind(server: grpc.Server, host: str, tls, node_ip: str) -> tuple[int, str]:
+    """Binds ``host`` (a wildcard: advertising ``node_ip``), else ``node_ip`` of its family."""
+    if host in WILDCARDS:
+        port = bind(server, host or "0.0.0.0", 0, tls)
+        advertise = node_ip
+    else:
+        port, advertise = bind(server, host, 0, tls), host
+        if port == 0 and _same_family(host, node_ip):  # the address is another node's
+            port, advertise = bind(server, node_ip, 0, tls), node_ip
+    if port == 0:
+        raise OSError(f"grpc.host: a replay shard cannot bind {host} (nor {node_ip})")
+    return port, advertise
+
+
+def _same_family(host: str, node_ip: str) -> bool:
+    try:
+        return ipaddress.ip_address(host).version == ipaddress.ip_address(node_ip).version
+    except ValueError:  # a host name: its node's address is the shard's best guess
+        return True

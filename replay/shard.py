@@ -182,45 +182,38 @@ class ReplayShard:
         """Serves ``Experience/Insert`` from this process; returns the address clients use.
 
         Args:
-            options: ``spec`` (the run's transition spec), ``num_shards``, ``host`` (bind),
-                ``advertise`` (the host clients dial; this node's IP for ``0.0.0.0``),
-                ``token``, ``max_bytes``, ``max_workers`` (see ``grpc.*`` in the run config).
+            options: What :func:`replay.intake.start_intake_server` takes (the run's spec,
+                shards, ``grpc.host``, credentials, TLS and limits).
         """
-        from replay.intake import IntakeGate, ShardInsertServicer, start_server
+        from replay.intake import start_intake_server
         from replay.wire.heap import keep_freed_memory
 
         keep_freed_memory()
         if self.intake is not None:
             return self.intake[2]
-        advertise = options["advertise"] or ray.util.get_node_ip_address()
-        gate = IntakeGate()
-        servicer = ShardInsertServicer(
-            self.write,
-            gate,
-            options["spec"],
-            shard_id=self.shard_id,
-            num_shards=options["num_shards"],
-            max_bytes=options["max_bytes"],
+        self.intake = start_intake_server(
+            self.write, self.shard_id, options, node_ip=ray.util.get_node_ip_address()
         )
-        server, address = start_server(
-            servicer,
-            host=options["host"],
-            advertise=advertise,
-            token=options["token"],
-            max_workers=options["max_workers"],
-        )
-        self.intake = (gate, server, address)
-        logger.info("replay shard %d takes Insert streams at %s", self.shard_id, address)
-        return address
+        logger.info("replay shard %d takes Insert streams at %s", self.shard_id, self.intake[2])
+        return self.intake[2]
 
-    def intake_set(self, *, open: bool, closed: bool, total_frames: int) -> None:
+    def intake_set(
+        self, *, open: bool, closed: bool, total_frames: int, published_version: int = -1
+    ) -> None:
         """The driver's intake state (see ``replay.intake.IntakeGate.set``)."""
         if self.intake is not None:
-            self.intake[0].set(open=open, closed=closed, total_frames=total_frames)
+            self.intake[0].set(
+                open=open,
+                closed=closed,
+                total_frames=total_frames,
+                published_version=published_version,
+            )
 
-    def intake_drain(self, total_frames: int = 0) -> list:
-        """Receipts of direct writes stored since the last drain (``total_frames``: the run's)."""
-        return [] if self.intake is None else self.intake[0].drain(total_frames)
+    def intake_drain(self, total_frames: int = 0, published_version: int = -1) -> list:
+        """Receipts of direct writes stored since the last drain (the run's count and version)."""
+        if self.intake is None:
+            return []
+        return self.intake[0].drain(total_frames, published_version)
 
     def intake_hold(self) -> list:
         """Holds direct writes (around a cut) once those in progress are stored; their receipts."""

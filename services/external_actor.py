@@ -1,12 +1,19 @@
 """``python -m services.external_actor``: an example actor outside Ray, fed over gRPC.
 
 A plain process (not a Ray worker) that runs a gymnasium vector env with the run's policy:
-it reads the run's env, n-step and network settings from ``GetStatus``, fetches weights newer
+it reads the run's n-step and network settings from ``GetStatus``, fetches weights newer
 than the ones it holds, acts epsilon-greedily with the run's current epsilon, builds the same
 n-step transitions as a collector (:class:`collector.rollout.RolloutWorker`, a pure core) and
 inserts them (``--direct``: straight into the replay shards, for a run with
 ``grpc.direct_writes``). It stops after ``--frames`` or when the run stops taking experience,
 and prints a JSON summary as its last line.
+
+The actor trusts only its own host: its env comes from its own command line (``--env``, a
+gymnasium id or a ``module:function`` factory, and ``--env-kwargs``). Without ``--env`` it uses
+the run's env id from ``GetStatus`` only if that is a registered gymnasium id (a plain
+``Name-v1``, no module to import) or one the actor was allowed with ``--allow-env``; anything
+else (say ``os:system``) is refused with exit code 2 before it is called. TLS: ``--ca-file``
+(and ``--cert-file``/``--key-file`` for mutual TLS).
 
 Examples:
     python -m services.external_actor --address 127.0.0.1:50051 --token s3cret --frames 20000
@@ -21,6 +28,7 @@ import sys
 import time
 
 import grpc
+import gymnasium as gym
 import numpy as np
 import torch
 
@@ -36,7 +44,26 @@ def build_parser() -> argparse.ArgumentParser:
     """The example's arguments."""
     parser = argparse.ArgumentParser(prog="python -m services.external_actor")
     parser.add_argument("--address", required=True, help="host:port of the run's gRPC server")
-    parser.add_argument("--token", default=None, help="the run's grpc.token")
+    parser.add_argument(
+        "--token", default=None, help="the run's grpc.actor_token (or its operator grpc.token)"
+    )
+    parser.add_argument("--ca-file", default=None, help="PEM CA of the server's certificate (TLS)")
+    parser.add_argument("--cert-file", default=None, help="PEM client certificate (mutual TLS)")
+    parser.add_argument("--key-file", default=None, help="PEM key of --cert-file (mutual TLS)")
+    parser.add_argument(
+        "--env",
+        default=None,
+        help="the env to act in: a gymnasium id or module:function (default: the run's env id "
+        "if it is a registered gymnasium id or allowed by --allow-env)",
+    )
+    parser.add_argument("--env-kwargs", default=None, help="JSON keyword arguments of --env")
+    parser.add_argument(
+        "--allow-env",
+        action="append",
+        default=[],
+        metavar="ENV_ID",
+        help="a run env id (e.g. a module:function factory) this actor may build (repeatable)",
+    )
     parser.add_argument("--frames", type=int, default=10_000, help="transitions to insert")
     parser.add_argument("--envs", type=int, default=8, help="sub-environments")
     parser.add_argument("--batch-frames", type=int, default=512, help="frames per inserted batch")
@@ -51,20 +78,66 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+class UntrustedEnv(ValueError):
+    """The run names an env this actor's host does not allow it to build."""
+
+
+def choose_env(args: argparse.Namespace, served: dict) -> tuple[str, dict]:
+    """The env id and kwargs to build: the actor's own, or the run's if this host allows it.
+
+    Raises:
+        UntrustedEnv: The run's env id is neither a registered gymnasium id nor allowed.
+    """
+    if args.env is not None:
+        return args.env, json.loads(args.env_kwargs) if args.env_kwargs else {}
+    env_id = str(served.get("env_id", ""))
+    if env_id not in args.allow_env and (":" in env_id or env_id not in gym.registry):
+        raise UntrustedEnv(
+            f"the run's env id {env_id[:80]!r} is not a registered gymnasium id; this actor "
+            "builds only what its own host allows: pass --env (or --allow-env ENV_ID)"
+        )
+    kwargs = served.get("env_kwargs") or {}
+    if args.env_kwargs:
+        kwargs = json.loads(args.env_kwargs)
+    if not isinstance(kwargs, dict):
+        raise UntrustedEnv(f"the run's env_kwargs are not a mapping: {str(kwargs)[:80]}")
+    return env_id, kwargs
+
+
+def served_settings(config: dict) -> tuple[int, float, tuple[int, ...]]:
+    """``(n_step, gamma, hidden_sizes)`` from the run's config, range-checked.
+
+    Raises:
+        UntrustedEnv: For values no run of relayrl serves.
+    """
+    try:
+        n_step = int(config["collector"]["n_step"])
+        gamma = float(config["collector"]["gamma"])
+        hidden = tuple(int(size) for size in config["learner"]["hidden_sizes"])
+    except (KeyError, TypeError, ValueError) as err:
+        raise UntrustedEnv(f"the run's status lacks its network settings: {err}") from None
+    if not (1 <= n_step <= 1000 and 0 <= gamma <= 1 and all(0 < h <= 1 << 16 for h in hidden)):
+        raise UntrustedEnv(f"the run's settings are out of range: {n_step}, {gamma}, {hidden}")
+    return n_step, gamma, hidden
+
+
 def send(client: RelayClient, request, *, direct: bool, patience_s: float = 60.0):
     """Inserts one batch; retried (same ``seq``: stored once) while the run is still running.
 
     A replay shard that died answers UNAVAILABLE until Ray has restarted it (a run waits up to
     ``replay.restart_timeout_s``, 60 s by default, for that); a run that stops answers
-    UNAVAILABLE for good and reports it in ``GetStatus``.
+    UNAVAILABLE for good and reports it in ``GetStatus``. RESOURCE_EXHAUSTED (the server's
+    Insert streams are all taken, or this writer is over ``grpc.writer_frames_per_s``) is
+    retried the same way.
     """
     deadline = time.monotonic() + patience_s
     delay = 0.1
+    retried = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.RESOURCE_EXHAUSTED)
     while True:
         try:
             return client.insert_direct([request]) if direct else client.insert([request])
         except grpc.RpcError as err:
-            if err.code() != grpc.StatusCode.UNAVAILABLE or time.monotonic() > deadline:
+            if err.code() not in retried or time.monotonic() > deadline:
                 raise
             try:
                 running = client.status().state == "running"
@@ -80,15 +153,23 @@ def send(client: RelayClient, request, *, direct: bool, patience_s: float = 60.0
 def run(args: argparse.Namespace) -> dict:
     """Acts and inserts until ``args.frames`` or the run stops; returns a summary."""
     torch.set_num_threads(1)
-    client = RelayClient(args.address, token=args.token, writer_id=args.writer_id)
+    client = RelayClient(
+        args.address,
+        token=args.token,
+        writer_id=args.writer_id,
+        ca_file=args.ca_file,
+        cert_file=args.cert_file,
+        key_file=args.key_file,
+    )
     status = client.status()
     config = json.loads(status.config_json)
-    collector = config["collector"]
-    envs = make_vector_env(collector["env_id"], args.envs, env_kwargs=collector["env_kwargs"])
+    env_id, env_kwargs = choose_env(args, config.get("collector", {}))
+    n_step, gamma, hidden_sizes = served_settings(config)
+    envs = make_vector_env(env_id, args.envs, env_kwargs=env_kwargs)
     spec = ModelSpec(
         int(np.prod(envs.single_observation_space.shape)),
         int(envs.single_action_space.n),
-        tuple(config["learner"]["hidden_sizes"]),
+        hidden_sizes,
     )
     network = spec.build().eval()
     policy = spec.make_policy(network, np.random.SeedSequence(args.seed))
@@ -96,8 +177,8 @@ def run(args: argparse.Namespace) -> dict:
         envs,
         policy,
         env_seeds(args.seed, 0, args.envs),
-        n_step=collector["n_step"],
-        gamma=collector["gamma"],
+        n_step=n_step,
+        gamma=gamma,
     )
     held = (-1, -1)
     inserted = batches = fetches = 0
@@ -151,7 +232,11 @@ def run(args: argparse.Namespace) -> dict:
 def main(argv: list[str] | None = None) -> int:
     """Runs the example; prints the JSON summary as the last line."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
-    summary = run(build_parser().parse_args(argv))
+    try:
+        summary = run(build_parser().parse_args(argv))
+    except UntrustedEnv as err:
+        print(f"external_actor: refused: {err}", file=sys.stderr)
+        return 2
     print(json.dumps(summary), flush=True)
     return 0
 

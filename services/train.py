@@ -30,6 +30,7 @@ import ray
 from collector.config import INLINE_WRITE_ENV
 from replay.npyio import CheckpointError
 from services.checkpoints.resume import resolve_resume
+from services.checkpoints.store import CheckpointWriteError
 from services.config import ConfigError, RunConfig, load_config
 from services.config.spec import check_local_gpus, env_spaces
 from services.driver.placement import PlacementError
@@ -155,7 +156,7 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         logger.warning("interrupted before a clean stop")
         return 130
-    except PlacementError as err:
+    except (PlacementError, CheckpointWriteError) as err:  # e.g. the final checkpoint's disk
         print(f"relayrl: {err}", file=sys.stderr)
         return 1
     except OSError as err:  # the gRPC server could not bind its port

@@ -65,6 +65,24 @@ def test_rotation_directory_falls_back_to_previous_valid(tmp_path, caplog):
         latest_valid(bad)
 
 
+def test_rotation_touches_only_its_own_runs_checkpoints(tmp_path):
+    mine, other = (
+        CheckpointStore(tmp_path, keep=1, owner="run-a"),
+        CheckpointStore(tmp_path, keep=1, owner="run-b"),
+    )
+    theirs = [save(other, 100), save(other, 200)]  # keep=1: run-b's own rotation drops one
+    assert not theirs[0].exists() and theirs[1].exists()
+    busy = other.stage(300)  # run-b is writing a checkpoint right now
+    old, new = save(mine, 400), save(mine, 500)
+    assert not old.exists() and new.exists()
+    assert theirs[1].exists() and busy.exists()  # run-a's rotation left run-b's alone
+    assert verify(theirs[1])["run_id"] == "run-b" and verify(new)["run_id"] == "run-a"
+    resumed = CheckpointStore(tmp_path, keep=1, owner="run-c")
+    resumed.owners.add("run-a")  # a run resumed from run-a rotates run-a's checkpoints too
+    latest = save(resumed, 600)
+    assert latest.exists() and not new.exists() and theirs[1].exists()
+
+
 def test_staging_leftover_is_ignored_and_empty_dir_refused(tmp_path):
     store = CheckpointStore(tmp_path)
     staging = store.stage(100)

@@ -91,6 +91,7 @@ def test_metric_lookup_accepts_slashes_for_early_stopping_and_retention():
 def _checkpoint(root, frames, eval_mean):
     path = root / f"ckpt-{frames:012d}-0"
     path.mkdir()
+    (path / "manifest.json").write_text(json.dumps({"run_id": "run-a"}))  # rotation: run-a's
     last = None if eval_mean is None else {"episode_return_mean": eval_mean, "version": frames}
     driver = {"episode_returns": [1.0], "evaluation": {"next_due_frames": 0, "last": last}}
     (path / "driver.json").write_text(json.dumps(driver))
@@ -99,7 +100,7 @@ def _checkpoint(root, frames, eval_mean):
 
 def test_keep_best_keeps_the_best_by_metric_next_to_the_newest(tmp_path):
     store = BestCheckpointStore(
-        tmp_path, keep=2, keep_best=2, metric="evaluation/episode_return_mean"
+        tmp_path, keep=2, keep_best=2, metric="evaluation/episode_return_mean", owner="run-a"
     )
     scores = {1000: None, 2000: 50.0, 3000: 200.0, 4000: 120.0, 5000: 80.0, 6000: 90.0}
     for frames, score in scores.items():
@@ -109,7 +110,12 @@ def test_keep_best_keeps_the_best_by_metric_next_to_the_newest(tmp_path):
     assert kept == {3000, 4000, 5000, 6000}  # best two (200, 120) + newest two
     assert checkpoint_score(store.best()[0], "evaluation/episode_return_mean") == 200.0
     low = BestCheckpointStore(
-        tmp_path, keep=1, keep_best=1, metric="evaluation/episode_return_mean", mode="min"
+        tmp_path,
+        keep=1,
+        keep_best=1,
+        metric="evaluation/episode_return_mean",
+        mode="min",
+        owner="run-a",
     )
     low.rotate()
     assert {int(p.name.split("-")[1]) for p in low.checkpoints()} == {5000, 6000}

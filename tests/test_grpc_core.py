@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import grpc
+import gymnasium as gym
 import numpy as np
 import pytest
 import torch
@@ -16,12 +17,13 @@ from collector.rollout import RolloutWorker
 from replay.wire import experience_pb2 as pb
 from replay.wire.batches import (
     BatchError,
+    check_episodes,
+    check_meaning,
     check_writer,
     decode_batch,
-    decode_state_dict,
-    encode_arrays,
-    encode_state_dict,
+    transition_spec,
 )
+from replay.wire.codecs import decode_state_dict, encode_arrays, encode_state_dict
 from services.config import ConfigError, load_config
 from services.config.grpc import GrpcConfig
 from services.driver.inbox import Inbox
@@ -137,6 +139,54 @@ def test_writer_ids_and_sequence_numbers():
             check_writer(writer, seq)
 
 
+def test_fields_that_carry_meaning_are_range_checked():
+    batch = collector_batch()
+    assert check_meaning(dict(batch), SPEC, max_version=3) is not None
+    cases = {
+        "n_step_discount": {
+            **batch,
+            "n_step_discount": np.full_like(batch["n_step_discount"], 1.5),
+        },
+        "policy_version": {**batch, "policy_version": np.full_like(batch["policy_version"], 4)},
+        "policy_version ": {**batch, "policy_version": np.full_like(batch["policy_version"], -2)},
+    }
+    for named, arrays in cases.items():
+        with pytest.raises(BatchError, match=f"key '{named.strip()}'"):
+            check_meaning(arrays, SPEC, max_version=3)
+    for returns, lengths, named in (
+        ([float("nan")], [3], "episode_returns"),
+        ([float("inf")], [3], "episode_returns"),
+        ([1.0], [0], "episode_lengths"),
+        ([1.0], [], "episode_lengths"),
+    ):
+        with pytest.raises(BatchError, match=f"^{named}:"):
+            check_episodes(returns, lengths)
+    check_episodes([1.0, -2.5], [1, 500])
+
+
+def test_box_actions_lie_in_the_action_space_or_are_clipped_when_asked():
+    space = gym.spaces.Box(-2.0, 2.0, (1,), np.float32)
+    spec = transition_spec(gym.spaces.Box(-1, 1, (3,), np.float32), space)
+    assert spec.action_low == (-2.0,) and spec.action_high == (2.0,)
+    arrays = {"action": np.array([[0.5], [2.5], [-3.0]], np.float32)}
+    with pytest.raises(BatchError, match="key 'action': 2 values outside the action space"):
+        check_meaning(arrays, spec)
+    clipped = check_meaning(arrays, spec, clip_actions=True)["action"]
+    np.testing.assert_array_equal(clipped, [[0.5], [2.0], [-2.0]])
+    assert arrays["action"][1, 0] == 2.5  # the received batch is not written to
+
+
+def test_error_messages_cut_the_strings_they_echo():
+    with pytest.raises(BatchError) as err:
+        check_writer("w" * 5000, 0)
+    assert len(str(err.value)) < 200 and "5000 characters" in str(err.value)
+    items = tensors(collector_batch())
+    items[0].key = "k" * 100_000
+    with pytest.raises(BatchError) as err:
+        decode_batch(items, SPEC, max_bytes=1 << 20)
+    assert len(str(err.value)) < 600
+
+
 def test_state_dict_round_trip():
     network = ModelSpec(4, 2, (8,)).build()
     metas, blob = encode_state_dict(network.state_dict())
@@ -152,7 +202,10 @@ def test_config_names_the_grpc_fields(monkeypatch):
     assert load_config(overrides=["grpc.port=0"]).grpc.enabled
     with pytest.raises(ConfigError, match=r"^grpc\.token: required when the server binds beyond"):
         load_config(overrides=["grpc.port=0", "grpc.host=0.0.0.0"])
-    assert load_config(overrides=["grpc.port=0", "grpc.host=0.0.0.0", "grpc.token=t"]).grpc.token
+    monkeypatch.setenv("RELAYRL_TEST_TOKEN", "from-env")
+    exposed = ["grpc.port=0", "grpc.host=0.0.0.0", "grpc.token=env:RELAYRL_TEST_TOKEN"]
+    assert load_config(overrides=[*exposed, "grpc.allow_plaintext=true"]).grpc.token
+    monkeypatch.delenv("RELAYRL_TEST_TOKEN")
     with pytest.raises(ConfigError, match=r"^grpc\.direct_writes: needs the gRPC server"):
         load_config(overrides=["grpc.direct_writes=true"])
     assert load_config(overrides=["grpc.port=0", "grpc.direct_writes=true"]).grpc.direct_writes

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import contextlib
+import time
+
 import numpy as np
 import pytest
 from google.protobuf.message import DecodeError
 
 from replay.wire import experience_pb2 as pb
-from replay.wire.batches import BatchError, check_insert, encode_arrays
-from replay.wire.reader import parse_insert
+from replay.wire.batches import BatchError, check_insert
+from replay.wire.codecs import encode_arrays
+from replay.wire.reader import MAX_DIMS, MAX_EPISODES, MAX_TENSORS, parse_insert
 from services.grpc.transitions import env_transition_spec
 from tests.grpc_probe import transitions
 
@@ -122,3 +126,86 @@ def test_every_prefix_reads_as_protobuf_reads_it():
             assert wire.error is not None, end
         else:
             same(wire, message)
+
+
+# -- bounded parsing: limits before per-element work, and a fuzzer ---------------------------
+@pytest.mark.parametrize(
+    ("raw", "why"),
+    [
+        (field(3, 2, field(3, 2, varint(1) * (1 << 20))), "Tensor.shape: more than"),
+        (field(3, 2, field(3, 0, varint(1)) * (MAX_DIMS + 1)), "Tensor.shape: more than"),
+        (field(3, 2, b"") * (MAX_TENSORS + 1), "tensors: more than"),
+        (field(4, 2, b"\0" * 8 * (MAX_EPISODES + 1)), "episode_returns: more than"),
+        (field(5, 2, varint(1) * (MAX_EPISODES + 1)), "episode_lengths: more than"),
+        (field(5, 2, b"") * 100_000, "InsertRequest: more than"),
+        (field(9, 0, varint(1)) * 1_000_000, "InsertRequest: more than"),
+        (field(3, 2, field(9, 2, b"") * 100_000), "Tensor: more than"),
+        (field(1, 2, b"x" * (1 << 20)), "writer_id: longer than"),
+        (field(3, 2, field(2, 2, b"f" * 4096)), "Tensor.dtype: longer than"),
+    ],
+    ids=[
+        "packed-dims",
+        "unpacked-dims",
+        "tensors",
+        "returns",
+        "lengths",
+        "empty-packed",
+        "unknown-fields",
+        "tensor-unknown-fields",
+        "writer-id",
+        "dtype",
+    ],
+)
+def test_limits_refuse_before_walking_the_elements(raw, why):
+    started = time.perf_counter()
+    wire = parse_insert(raw)
+    seconds = time.perf_counter() - started
+    assert wire.error is not None and why in wire.error, wire.error
+    # Bounded by the limits: a few tens of thousands of steps at most, whatever the size.
+    assert seconds < 0.5, (why, seconds)
+
+
+def test_the_largest_message_within_the_limits_reads_quickly():
+    returns = np.zeros(MAX_EPISODES, "<f8").tobytes()
+    lengths = varint(1) * MAX_EPISODES
+    tensors = field(3, 2, field(1, 2, b"k") + field(3, 2, varint(2) * MAX_DIMS)) * MAX_TENSORS
+    raw = tensors + field(4, 2, returns) + field(5, 2, lengths)
+    started = time.perf_counter()
+    wire = parse_insert(raw)
+    assert wire.error is None and len(wire.episode_lengths) == MAX_EPISODES
+    assert time.perf_counter() - started < 1.0
+
+
+def mutations(rng: np.random.Generator, raw: bytes):
+    data = bytearray(raw)
+    for _ in range(int(rng.integers(1, 4))):
+        kind = rng.integers(0, 4)
+        pos = int(rng.integers(0, len(data) + 1))
+        if kind == 0 and data:  # flip a byte
+            data[min(pos, len(data) - 1)] = int(rng.integers(0, 256))
+        elif kind == 1:  # insert random bytes
+            data[pos:pos] = rng.bytes(int(rng.integers(1, 12)))
+        elif kind == 2:  # cut
+            del data[pos : pos + int(rng.integers(1, 12))]
+        else:  # duplicate a slice
+            data[pos:pos] = data[max(0, pos - 16) : pos]
+    return bytes(data)
+
+
+def test_fuzzed_messages_never_raise_and_read_as_protobuf_does():
+    rng = np.random.default_rng(0)
+    valid = request(3, episode_returns=[1.5, -2.0], episode_lengths=[3, 7]).SerializeToString()
+    agreed = 0
+    for case in range(3000):
+        raw = rng.bytes(int(rng.integers(0, 64))) if case % 3 == 0 else mutations(rng, valid)
+        wire = parse_insert(raw)  # never raises
+        with contextlib.suppress(BatchError):  # refusals are BatchErrors only
+            check_insert(wire, SPEC, max_bytes=1 << 20)
+        try:
+            message = pb.InsertRequest.FromString(raw)
+        except DecodeError:
+            continue  # protobuf refuses: we may refuse too (or read a string it finds invalid)
+        assert wire.error is None, (raw, wire.error)  # what protobuf reads, we read (in limits)
+        same(wire, message)
+        agreed += 1
+    assert agreed > 100  # the comparison ran on many readable mutants

@@ -1,13 +1,16 @@
-"""Experience from actors outside Ray: the run's transition spec, batch checks, tensor codecs.
+"""Experience from actors outside Ray: the run's transition spec and the checks of every batch.
 
 An external actor (a game server, a robot, a program in another language) sends transitions as
-named tensors: key, numpy dtype name, shape, raw little-endian C-order bytes. The driver's gRPC
-server checks every batch against the run's :class:`TransitionSpec` (the keys, dtypes and
-per-item shapes collectors write, derived once from the env's spaces) before anything is
-stored, and views the bytes as arrays without copying (``numpy.frombuffer``).
+named tensors: key, numpy dtype name, shape, raw little-endian C-order bytes
+(:mod:`replay.wire.codecs`). The driver's gRPC server and every shard serving direct writes
+check each batch against the run's :class:`TransitionSpec` (the keys, dtypes and per-item shapes
+collectors write, derived once from the env's spaces) before anything is stored, and view the
+bytes as arrays without copying (``numpy.frombuffer``). Every field that carries meaning is
+range-checked (:func:`check_meaning`, :func:`check_episodes`: finite returns, lengths >= 1,
+discounts in [0, 1], actions in the action space, no policy version from the future), and an
+error message echoes a client's strings cut short (:func:`shown`).
 
-Weights travel the other way as the same tensor descriptions plus one blob of their bytes.
-This module is pure (numpy, gymnasium): the server and the client both use it.
+This module is pure (numpy, gymnasium): the servers and the client use it.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import zlib
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 import gymnasium as gym
 import numpy as np
@@ -39,12 +42,28 @@ DTYPES = (
 )
 WRITER_PREFIX = "external/"
 MAX_WRITER_ID = 128
+# Echoed strings (writer ids, keys, dtypes) are cut to this many characters in error messages.
+MAX_ECHO = 40
+# Box actions may exceed their bounds by this much (float32 rounding of a squashed policy).
+ACTION_TOLERANCE = 1e-5
 # A writer's batches take turns over the shards in runs of this many sequence numbers.
 ROUTE_GROUP = 8
 
 
 class BatchError(ValueError):
     """A batch that does not match the run's transition spec; the message names the key."""
+
+
+def shown(text: str, limit: int = MAX_ECHO) -> str:
+    """``text`` as an error message echoes it: quoted, cut to ``limit`` characters.
+
+    Examples:
+        >>> shown("robot-1"), shown("x" * 100, limit=8)
+        ("'robot-1'", "'xxxxxxxx'... (100 characters)")
+    """
+    if len(text) <= limit:
+        return repr(text)
+    return f"{text[:limit]!r}... ({len(text)} characters)"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -72,10 +91,14 @@ class TransitionSpec:
     Attributes:
         tensors: Key to :class:`TensorSpec`, in the order collectors write them.
         num_actions: Discrete action count (actions must lie in ``[0, num_actions)``), or None.
+        action_low: Box actions: the lower bound of each element (flattened), or None.
+        action_high: Box actions: the upper bound of each element (flattened), or None.
     """
 
     tensors: Mapping[str, TensorSpec]
     num_actions: int | None = None
+    action_low: tuple[float, ...] | None = None
+    action_high: tuple[float, ...] | None = None
 
     def describe(self) -> str:
         """``observation f32[4], action i64[], ...`` for messages and logs."""
@@ -103,6 +126,12 @@ def transition_spec(
         action, num_actions = TensorSpec("float32", action_space.shape), None
     else:
         raise ValueError(f"action space {action_space} is neither Discrete nor Box")
+    bounds = {}
+    if isinstance(action_space, gym.spaces.Box):
+        bounds = {
+            "action_low": tuple(float(x) for x in np.ravel(action_space.low)),
+            "action_high": tuple(float(x) for x in np.ravel(action_space.high)),
+        }
     scalar = ()
     tensors = {
         "observation": observation,
@@ -114,7 +143,7 @@ def transition_spec(
         "n_step_discount": TensorSpec("float32", scalar),
         "policy_version": TensorSpec("int64", scalar),
     }
-    return TransitionSpec(tensors, num_actions)
+    return TransitionSpec(tensors, num_actions, **bounds)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -156,7 +185,7 @@ def check_writer(writer_id: str, seq: int) -> str:
     """
     if not writer_id or len(writer_id) > MAX_WRITER_ID or not writer_id.isprintable():
         raise BatchError(
-            f"writer_id: must be 1-{MAX_WRITER_ID} printable characters, got {writer_id!r}"
+            f"writer_id: must be 1-{MAX_WRITER_ID} printable characters, got {shown(writer_id)}"
         )
     if seq < 0:
         raise BatchError(f"seq: must be >= 0, got {seq}")
@@ -187,7 +216,9 @@ def decode_batch(
         key = tensor.key
         expected = spec.tensors.get(key)
         if expected is None:
-            raise BatchError(f"key {key!r}: not in the run's transition spec ({spec.describe()})")
+            raise BatchError(
+                f"key {shown(key)}: not in the run's transition spec ({spec.describe()})"
+            )
         if key in arrays:
             raise BatchError(f"key {key!r}: given twice")
         data = tensor.data
@@ -198,7 +229,9 @@ def decode_batch(
                 "(grpc.max_message_mb); send smaller batches"
             )
         if tensor.dtype not in DTYPES:
-            raise BatchError(f"key {key!r}: unknown dtype {tensor.dtype!r}; accepted: {DTYPES}")
+            raise BatchError(
+                f"key {key!r}: unknown dtype {shown(tensor.dtype)}; accepted: {DTYPES}"
+            )
         if tensor.dtype != expected.dtype:
             raise BatchError(f"key {key!r}: dtype {tensor.dtype}, the run stores {expected.dtype}")
         shape = tuple(tensor.shape)
@@ -236,71 +269,100 @@ def decode_batch(
     return arrays
 
 
+def check_meaning(
+    arrays: dict[str, np.ndarray],
+    spec: TransitionSpec,
+    *,
+    max_version: int | None = None,
+    clip_actions: bool = False,
+) -> dict[str, np.ndarray]:
+    """Range checks on the keys that carry meaning (after :func:`decode_batch`).
+
+    ``n_step_discount`` must lie in [0, 1]; Box actions inside the action space (with
+    ``clip_actions``: clipped into it, a copy); ``policy_version`` in [-1, ``max_version``]
+    (-1: acted before any weights; ``max_version``: the newest published, None: unchecked).
+
+    Returns:
+        ``arrays``, with ``action`` replaced by its clipped copy when clipping changed it.
+
+    Raises:
+        BatchError: Naming the key.
+    """
+    discount = arrays.get("n_step_discount")
+    if discount is not None and (discount.min() < 0 or discount.max() > 1):
+        raise BatchError("key 'n_step_discount': must lie in [0, 1]")
+    if spec.action_low is not None and "action" in arrays:
+        action = arrays["action"]
+        flat = action.reshape(len(action), -1)
+        low = np.asarray(spec.action_low, dtype=np.float64)
+        high = np.asarray(spec.action_high, dtype=np.float64)
+        outside = (flat < low - ACTION_TOLERANCE) | (flat > high + ACTION_TOLERANCE)
+        if outside.any():
+            if not clip_actions:
+                raise BatchError(
+                    f"key 'action': {int(outside.sum())} values outside the action space "
+                    "(send actions inside it, or set grpc.clip_actions: true)"
+                )
+            clipped = np.clip(flat, low, high).astype(action.dtype).reshape(action.shape)
+            arrays = {**arrays, "action": clipped}
+    version = arrays.get("policy_version")
+    if version is not None and len(version):
+        if version.min() < -1:
+            raise BatchError("key 'policy_version': must be >= -1 (-1: no weights yet)")
+        if max_version is not None and version.max() > max_version:
+            raise BatchError(
+                f"key 'policy_version': {int(version.max())} is above the newest published "
+                f"version {max_version}"
+            )
+    return arrays
+
+
+def check_episodes(returns: Sequence[float], lengths: Sequence[int]) -> None:
+    """Episode returns must be finite and lengths >= 1, one length per return.
+
+    Raises:
+        BatchError: Naming ``episode_returns`` or ``episode_lengths``.
+    """
+    if len(returns) != len(lengths):
+        raise BatchError(
+            f"episode_lengths: one length per episode return, got {len(lengths)} for {len(returns)}"
+        )
+    if returns and not all(math.isfinite(value) for value in returns):
+        raise BatchError("episode_returns: must be finite (no NaN or infinity)")
+    if lengths and min(lengths) < 1:
+        raise BatchError(f"episode_lengths: must be >= 1, got {min(lengths)}")
+
+
 def check_insert(
-    request, spec: TransitionSpec, *, max_bytes: int
+    request,
+    spec: TransitionSpec,
+    *,
+    max_bytes: int,
+    max_version: int | None = None,
+    clip_actions: bool = False,
 ) -> tuple[str, dict[str, np.ndarray]]:
     """Checks one ``InsertRequest`` (generated or :class:`replay.wire.reader.WireInsert`).
+
+    Args:
+        request: The message.
+        spec: The run's transition spec.
+        max_bytes: Largest batch.
+        max_version: The newest published policy version (see :func:`check_meaning`).
+        clip_actions: Clip Box actions into the action space instead of refusing them.
 
     Returns:
         The replay writer id and the batch's arrays (views of the message).
 
     Raises:
         BatchError: Naming the field or key: an unreadable message, a bad ``writer_id`` or
-            ``seq``, any of :func:`decode_batch`'s refusals, episode lists of unequal length.
+            ``seq``, any of :func:`decode_batch`'s, :func:`check_meaning`'s and
+            :func:`check_episodes`' refusals.
     """
     error = getattr(request, "error", None)
     if error is not None:
         raise BatchError(f"message: not a valid InsertRequest: {error}")
     writer = check_writer(request.writer_id, request.seq)
+    check_episodes(request.episode_returns, request.episode_lengths)
     arrays = decode_batch(request.tensors, spec, max_bytes=max_bytes)
-    if len(request.episode_returns) != len(request.episode_lengths):
-        raise BatchError(
-            "episode_lengths: one length per episode return, got "
-            f"{len(request.episode_lengths)} for {len(request.episode_returns)}"
-        )
+    arrays = check_meaning(arrays, spec, max_version=max_version, clip_actions=clip_actions)
     return writer, arrays
-
-
-def encode_arrays(arrays: Mapping[str, np.ndarray]) -> list[tuple[str, str, list[int], bytes]]:
-    """``(key, dtype, shape, bytes)`` per array, little-endian C order (a client's half)."""
-    out = []
-    for key, value in arrays.items():
-        array = np.asarray(value)
-        if array.dtype.name not in DTYPES:
-            raise BatchError(f"key {key!r}: dtype {array.dtype} cannot be sent; accepted: {DTYPES}")
-        array = np.ascontiguousarray(array, dtype=array.dtype.newbyteorder("<"))
-        out.append((key, array.dtype.name, list(array.shape), array.tobytes()))
-    return out
-
-
-def encode_state_dict(state_dict: Mapping) -> tuple[list[tuple[str, str, list[int]]], bytes]:
-    """Weights as ``([(key, dtype, shape), ...], blob)``: the tensors' bytes concatenated."""
-    metas, parts = [], []
-    for key, tensor in state_dict.items():
-        array = np.ascontiguousarray(tensor.detach().cpu().numpy())
-        metas.append((key, array.dtype.name, list(array.shape)))
-        parts.append(array.tobytes())
-    return metas, b"".join(parts)
-
-
-def decode_state_dict(metas: Iterable, blob: bytearray) -> dict:
-    """Torch tensors from :func:`encode_state_dict`'s parts (``metas`` have key/dtype/shape).
-
-    Raises:
-        BatchError: If the blob's size does not match the tensors.
-    """
-    import torch
-
-    state, offset = {}, 0
-    for meta in metas:
-        dtype = np.dtype(meta.dtype).newbyteorder("<")
-        count = math.prod(meta.shape)
-        end = offset + count * dtype.itemsize
-        if end > len(blob):
-            raise BatchError(f"key {meta.key!r}: the weights blob is truncated")
-        array = np.frombuffer(blob, dtype=dtype, count=count, offset=offset)
-        state[meta.key] = torch.from_numpy(array.reshape(tuple(meta.shape)))
-        offset = end
-    if offset != len(blob):
-        raise BatchError(f"weights blob has {len(blob) - offset} bytes beyond its tensors")
-    return state

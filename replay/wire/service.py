@@ -2,71 +2,118 @@
 
 Both the driver's gRPC server (``services.grpc``) and a replay shard serving direct writes
 (:mod:`replay.intake`) answer Experience calls; what they must answer alike lives here, below
-both: bearer-token authentication, the method handlers (Insert read by the zero-copy
-:func:`replay.wire.reader.parse_insert`), receipts on the wire, deadlines, and the error that
-says a run takes no more experience.
+both: the method handlers (Insert read by the zero-copy :func:`replay.wire.reader.parse_insert`,
+its streams capped by :class:`replay.wire.transport.StreamSlots`), the admission of each batch
+(:class:`Admission`: the batch checks, then the writer's lease), the status each refusal is
+answered with, receipts on the wire, deadlines, and the error that says a run takes no more
+experience. Credentials are :mod:`replay.wire.auth`'s, TLS and limits
+:mod:`replay.wire.transport`'s.
 """
 
 from __future__ import annotations
 
-import hmac
+import concurrent.futures
+from collections.abc import Callable
 
 import grpc
+import numpy as np
 
 from replay.wire import experience_pb2 as pb
-from replay.wire.batches import ExternalReceipt
+from replay.wire.batches import BatchError, ExternalReceipt, TransitionSpec, check_insert
+from replay.wire.leases import Refused, WriterLeases
 from replay.wire.reader import parse_insert
+from replay.wire.transport import StreamSlots
 
 # How long an RPC waits for the driver (a checkpoint cut, counting, a held write) at most.
 DRIVER_TIMEOUT_S = 600.0
-# Calls that need no token: health checks (probes rarely carry credentials; they reveal nothing).
-OPEN_METHODS = ("/grpc.health.v1.Health/",)
 
 
 class IntakeClosed(RuntimeError):
     """External writes are no longer accepted (the run is stopping or has ended)."""
 
 
-class TokenAuth(grpc.ServerInterceptor):
-    """Refuses calls without ``authorization: Bearer <token>`` metadata (UNAUTHENTICATED).
+class Admission:
+    """Lets a batch in: checks it against the run's spec, then its writer's lease.
 
     Args:
-        token: The shared secret.
+        spec: The run's transition spec.
+        leases: The server's lease book.
+
+    Keyword Args:
+        max_bytes: Largest batch.
+        clip_actions: Clip Box actions into the action space instead of refusing them.
+        max_version: The newest published policy version a batch may name, given the highest
+            it names (a shard may wait a moment to hear of it); None: unchecked.
     """
 
-    def __init__(self, token: str) -> None:
-        self.expected = f"Bearer {token}".encode()
+    def __init__(
+        self,
+        spec: TransitionSpec,
+        leases: WriterLeases,
+        *,
+        max_bytes: int,
+        clip_actions: bool = False,
+        max_version: Callable[[int], int] | None = None,
+    ) -> None:
+        self.spec = spec
+        self.leases = leases
+        self.max_bytes = max_bytes
+        self.clip_actions = clip_actions
+        self.max_version = max_version
 
-    def intercept_service(self, continuation, handler_call_details):
-        """Passes authorized calls and health checks on; answers the rest UNAUTHENTICATED."""
-        handler = continuation(handler_call_details)
-        if handler is None or handler_call_details.method.startswith(OPEN_METHODS):
-            return handler
-        metadata = dict(handler_call_details.invocation_metadata or ())
-        given = str(metadata.get("authorization", "")).encode()
-        if hmac.compare_digest(given, self.expected):
-            return handler
-        reason = "missing" if not given else "wrong"
-        return _refusal(handler, f"{reason} token: send 'authorization: Bearer <grpc.token>'")
+    def check(self, request, owner: str) -> tuple[str, dict[str, np.ndarray]]:
+        """The replay writer id and arrays of ``request`` sent by ``owner``.
+
+        Raises:
+            BatchError: A batch the spec or a field check refuses (nothing is stored).
+            replay.wire.leases.Refused: The lease refuses it.
+        """
+        max_version = None
+        if self.max_version is not None:
+            named = _highest_version(request)
+            max_version = self.max_version(named) if named is not None else None
+        writer, arrays = check_insert(
+            request,
+            self.spec,
+            max_bytes=self.max_bytes,
+            max_version=max_version,
+            clip_actions=self.clip_actions,
+        )
+        frames = len(next(iter(arrays.values())))
+        self.leases.admit(writer, request.seq, owner=owner, frames=frames)
+        return writer, arrays
 
 
-def _refusal(handler, message: str):
-    """A handler of the same kind as ``handler`` that aborts with UNAUTHENTICATED."""
+def _highest_version(request) -> int | None:
+    """The highest ``policy_version`` a well-formed request names (None: none or malformed)."""
+    if getattr(request, "error", None) is not None:
+        return None
+    for tensor in request.tensors:
+        if tensor.key == "policy_version" and tensor.dtype == "int64" and len(tensor.data) >= 8:
+            if len(tensor.data) % 8:
+                return None
+            return int(np.frombuffer(tensor.data, dtype="<i8").max())
+    return None
 
-    def deny(request, context):
-        context.abort(grpc.StatusCode.UNAUTHENTICATED, message)
 
-    kind = {
-        (False, False): grpc.unary_unary_rpc_method_handler,
-        (False, True): grpc.unary_stream_rpc_method_handler,
-        (True, False): grpc.stream_unary_rpc_method_handler,
-        (True, True): grpc.stream_stream_rpc_method_handler,
-    }[(handler.request_streaming, handler.response_streaming)]
-    return kind(
-        deny,
-        request_deserializer=handler.request_deserializer,
-        response_serializer=handler.response_serializer,
-    )
+def refusal_status(err: Exception) -> grpc.StatusCode | None:
+    """The status a refused Insert is answered with (None: not a refusal)."""
+    if isinstance(err, BatchError):
+        return grpc.StatusCode.INVALID_ARGUMENT
+    if isinstance(err, Refused):
+        return grpc.StatusCode[err.code]
+    if isinstance(err, IntakeClosed):
+        return grpc.StatusCode.UNAVAILABLE
+    if isinstance(err, TimeoutError | concurrent.futures.TimeoutError):
+        return grpc.StatusCode.DEADLINE_EXCEEDED
+    return None
+
+
+def refusal_message(err: Exception) -> str:
+    """The details a refused Insert is answered with."""
+    if isinstance(err, TimeoutError | concurrent.futures.TimeoutError):
+        return f"insert timed out: {err}"
+    return str(err)
 
 
 def receipt_message(receipt: ExternalReceipt) -> pb.WriteReceipt:
@@ -88,12 +135,15 @@ def remaining_seconds(context) -> float:
     return DRIVER_TIMEOUT_S if left is None else max(0.0, min(left, DRIVER_TIMEOUT_S))
 
 
-def experience_handler(servicer, methods=("Insert", "GetWeights", "GetRoute")):
+def experience_handler(
+    servicer, methods=("Insert", "GetWeights", "GetRoute"), *, slots: StreamSlots | None = None
+):
     """``relayrl.v1.Experience``'s ``methods`` of ``servicer`` for ``grpc.Server``.
 
     As the generated ``add_ExperienceServicer_to_server``, except that Insert messages are
     read by :func:`replay.wire.reader.parse_insert`: tensor data stays a view into the received
-    message (no second copy), and a malformed message is answered INVALID_ARGUMENT.
+    message (no second copy), and a malformed message is answered INVALID_ARGUMENT; with
+    ``slots``, Insert streams are capped and idle ones cancelled.
     """
     kinds = {
         "Insert": (grpc.stream_unary_rpc_method_handler, parse_insert, pb.InsertReply),
@@ -107,8 +157,11 @@ def experience_handler(servicer, methods=("Insert", "GetWeights", "GetRoute")):
     handlers = {}
     for name in methods:
         make, deserialize, reply = kinds[name]
+        behavior = getattr(servicer, name)
+        if name == "Insert" and slots is not None:
+            behavior = slots.guard(behavior)
         handlers[name] = make(
-            getattr(servicer, name),
+            behavior,
             request_deserializer=deserialize,
             response_serializer=reply.SerializeToString,
         )

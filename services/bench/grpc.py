@@ -49,7 +49,8 @@ import numpy as np
 import ray
 
 from replay.local_ray import init_local_ray
-from replay.wire.batches import encode_arrays, shard_of, transition_spec
+from replay.wire.batches import shard_of, transition_spec
+from replay.wire.codecs import encode_arrays
 from replay.wire.reader import parse_insert
 from services.config import load_config
 from services.config.grpc import GrpcConfig

@@ -11,11 +11,19 @@ resumes when the loop starts.
 
 Files of a checkpoint: ``replay-<i>/`` (written by each shard itself), ``collector-<i>.json/.npz``,
 ``learner-<rank>.pt`` (``torch.load(weights_only=True)``), ``driver.json``, ``config.json``.
+
+Disk faults (:func:`write_failed`): an ``OSError`` while writing (ENOSPC, EIO, a directory that
+refuses) removes the staging directory, resumes the run and becomes a
+:class:`CheckpointWriteError` naming the path; the controller logs and counts it
+(``relayrl_checkpoint_failures_total``) and goes on after a periodic cut, while a final
+checkpoint that cannot be written ends the run with exit code 1. The newest valid checkpoint
+stays as it was.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import io
 import logging
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -27,7 +35,12 @@ import torch
 from replay.npyio import CheckpointError
 from services.checkpoints.resume import PINNED_FIELDS, check_compatible, resolve_resume
 from services.checkpoints.statefile import load_state, save_state
-from services.checkpoints.store import CheckpointStore, read_json, write_json
+from services.checkpoints.store import (
+    CheckpointStore,
+    CheckpointWriteError,
+    read_json,
+    write_json,
+)
 
 if TYPE_CHECKING:
     from services.driver.views import CutView
@@ -36,6 +49,7 @@ logger = logging.getLogger(__name__)
 
 __all__ = [
     "PINNED_FIELDS",
+    "CheckpointWriteError",
     "check_compatible",
     "drain",
     "recover_learners",
@@ -43,7 +57,21 @@ __all__ = [
     "restore_learners",
     "restore_services",
     "save_cut",
+    "write_failed",
 ]
+
+
+def write_failed(store: CheckpointStore, err: OSError) -> CheckpointWriteError:
+    """The error a failed write becomes: the file or directory it names, and why.
+
+    A replay shard's ``OSError`` arrives wrapped by Ray; its cause names the shard's file.
+    """
+    cause = getattr(err, "cause", None)
+    cause = cause if isinstance(cause, OSError) else err
+    why = cause.strerror or str(cause)
+    if cause.filename:
+        why = f"{cause.filename}: {why}"
+    return CheckpointWriteError(f"checkpoint under {store.root} not written: {why}")
 
 
 def drain(controller: CutView) -> None:
@@ -60,8 +88,9 @@ def save_cut(controller: CutView, store: CheckpointStore) -> Path:
     # A collector Ray is restarting must be back: its state belongs to the cut.
     controller.collectors.wait_alive(controller.config.collector.rollout_timeout_s)
     controller.collectors.pause()
-    staging = store.stage(controller.counters.collected_frames)
+    staging = None
     try:
+        staging = store.stage(controller.counters.collected_frames)
         with ThreadPoolExecutor(max_workers=3) as pool:
             replay = pool.submit(controller.replay.dump, staging)
             collectors = pool.submit(controller.collectors.state_dicts)
@@ -69,7 +98,7 @@ def save_cut(controller: CutView, store: CheckpointStore) -> Path:
             for i, state in enumerate(collectors.result()):
                 save_state(staging / f"collector-{i}", state)
             for rank, state in enumerate(learners.result()):
-                torch.save(state, staging / f"learner-{rank}.pt")
+                save_torch(staging / f"learner-{rank}.pt", state)
             replay_files = replay.result()
         counters = dataclasses.asdict(controller.counters)
         write_json(staging / "driver.json", driver_state(controller))
@@ -80,7 +109,8 @@ def save_cut(controller: CutView, store: CheckpointStore) -> Path:
             counters={**counters, "replay_shards": len(replay_files)},
         )
     except BaseException:
-        store.abort(staging)
+        if staging is not None:
+            store.abort(staging)
         raise
     finally:
         controller.collectors.resume()
@@ -89,6 +119,18 @@ def save_cut(controller: CutView, store: CheckpointStore) -> Path:
     controller.last_checkpoint = path
     controller.emit("checkpoint", path, seconds)
     return path
+
+
+def save_torch(path: Path, state: dict) -> None:
+    """``torch.save`` whose disk errors are ``OSError``s naming the file.
+
+    torch's own writer reports a full disk as a ``RuntimeError`` without the path; serialized
+    in memory first, the file is written by Python's I/O.
+    """
+    buffer = io.BytesIO()
+    torch.save(state, buffer)
+    with path.open("wb") as f:
+        f.write(buffer.getbuffer())
 
 
 def driver_state(controller: CutView) -> dict:
@@ -115,6 +157,8 @@ def load_driver_state(controller: CutView, state: dict) -> None:
         controller.evaluation.load_state_dict(state.get("evaluation"))
     previous = [*state.get("lineage", []), state.get("run_id")]
     controller.lineage = [run_id for run_id in previous if run_id]
+    if controller.checkpoints is not None:  # a resumed run rotates its predecessors' too
+        controller.checkpoints.owners.update(controller.lineage)
     controller.cadence.restore(controller.counters.collected_frames)
 
 

@@ -50,17 +50,24 @@ class BestCheckpointStore(CheckpointStore):
     """
 
     def __init__(
-        self, root: str | Path, keep: int, keep_best: int, metric: str, mode: str = "max"
+        self,
+        root: str | Path,
+        keep: int,
+        keep_best: int,
+        metric: str,
+        mode: str = "max",
+        *,
+        owner: str | None = None,
     ) -> None:
-        super().__init__(root, keep)
+        super().__init__(root, keep, owner=owner)
         self.keep_best = keep_best
         self.metric = metric
         self.mode = mode
 
     def best(self) -> list[Path]:
-        """The ``keep_best`` best checkpoints, best first (ties: the newer first)."""
+        """Its owners' ``keep_best`` best checkpoints, best first (ties: the newer first)."""
         scored = []
-        for path in self.checkpoints():
+        for path in self.own():
             score = checkpoint_score(path, self.metric)
             if score is not None:
                 scored.append((score if self.mode == "max" else -score, path.name, path))
@@ -68,22 +75,25 @@ class BestCheckpointStore(CheckpointStore):
         return [path for _, _, path in scored[: self.keep_best]]
 
     def rotate(self) -> None:
-        """Deletes checkpoints that are neither among the newest nor among the best."""
-        kept = set(self.checkpoints()[-self.keep :]) | set(self.best())
-        for old in self.checkpoints():
+        """Deletes its owners' checkpoints that are neither among the newest nor the best."""
+        own = self.own()
+        kept = set(own[-self.keep :]) | set(self.best())
+        for old in own:
             if old not in kept:
                 shutil.rmtree(old, ignore_errors=True)
-        for staging in self.root.glob(".staging-*"):
-            shutil.rmtree(staging, ignore_errors=True)
+        self.remove_staging()
 
 
-def make_store(root: str | Path, checkpoint_config) -> CheckpointStore:
+def make_store(root: str | Path, checkpoint_config, owner: str | None = None) -> CheckpointStore:
     """The rotation a ``CheckpointConfig`` asks for (by metric when ``keep_best > 0``).
 
-    The root is made absolute, so every checkpoint path the run logs or reports is.
+    The root is made absolute, so every checkpoint path the run logs or reports is; ``owner``
+    is the run id (rotation touches only its own checkpoints).
     """
     c = checkpoint_config
     root = Path(root).expanduser().absolute()
     if c.keep_best > 0:
-        return BestCheckpointStore(root, c.keep, c.keep_best, c.best_metric, c.best_mode)
-    return CheckpointStore(root, c.keep)
+        return BestCheckpointStore(
+            root, c.keep, c.keep_best, c.best_metric, c.best_mode, owner=owner
+        )
+    return CheckpointStore(root, c.keep, owner=owner)

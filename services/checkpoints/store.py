@@ -8,6 +8,11 @@ written last, and the directory is renamed into place, so a crash leaves either 
 checkpoint or a staging directory that loading ignores. Rotation then deletes the oldest
 complete checkpoints beyond ``keep``; a failed save never touches older ones.
 
+A rotation directory may be shared by several runs (``checkpoint.dir``): each store has an
+owner (the run id, recorded as ``run_id`` in every manifest it writes, and in its staging
+directories' names ``.staging-<owner>-<name>``), and rotation deletes only the checkpoints and
+staging directories of its owners (the run and the runs it resumed, see ``owners``).
+
 Loading verifies the manifest and every file against it; :func:`latest_valid` walks a rotation
 directory from newest to oldest and skips (with a warning) any checkpoint that fails.
 """
@@ -20,6 +25,7 @@ import logging
 import os
 import shutil
 import time
+import uuid
 from pathlib import Path
 
 from replay.npyio import CheckpointError, fsync_dir
@@ -29,6 +35,10 @@ logger = logging.getLogger(__name__)
 FORMAT_VERSION = 1
 MANIFEST = "manifest.json"
 PREFIX = "ckpt-"
+
+
+class CheckpointWriteError(RuntimeError):
+    """A checkpoint could not be written (disk full, I/O error); the message names the path."""
 
 
 def sha256_file(path: Path, chunk: int = 1 << 22) -> str:
@@ -64,7 +74,9 @@ class CheckpointStore:
 
     Args:
         root: The rotation directory (created if missing).
-        keep: Newest complete checkpoints kept after each save.
+        keep: Newest complete checkpoints of its owners kept after each save.
+        owner: The run writing here (default: an id of this store alone); rotation touches
+            only checkpoints whose manifest names one of ``owners`` (this one at first).
 
     Examples:
         >>> store = CheckpointStore(tmp_path, keep=2)  # doctest: +SKIP
@@ -73,15 +85,32 @@ class CheckpointStore:
         >>> path = store.commit(staging, config_digest="...", counters={})  # doctest: +SKIP
     """
 
-    def __init__(self, root: str | Path, keep: int = 3) -> None:
+    def __init__(self, root: str | Path, keep: int = 3, *, owner: str | None = None) -> None:
         self.root = Path(root)
         self.keep = keep
+        self.owner = owner or f"store-{uuid.uuid4().hex[:12]}"
+        self.owners = {self.owner}
+        self._owner_of: dict[str, str | None] = {}
         self.root.mkdir(parents=True, exist_ok=True)
 
     def checkpoints(self) -> list[Path]:
-        """Complete-looking checkpoint directories, oldest first."""
+        """Complete-looking checkpoint directories (of every run), oldest first."""
         found = [p for p in self.root.iterdir() if p.is_dir() and p.name.startswith(PREFIX)]
         return sorted(found, key=lambda p: p.name)
+
+    def own(self) -> list[Path]:
+        """The checkpoints written by one of ``owners``, oldest first."""
+        return [p for p in self.checkpoints() if self._written_by(p) in self.owners]
+
+    def _written_by(self, path: Path) -> str | None:
+        """The ``run_id`` of a checkpoint's manifest (None: none or unreadable)."""
+        if path.name not in self._owner_of:
+            try:
+                owner = json.loads((path / MANIFEST).read_text()).get("run_id")
+            except (OSError, ValueError, AttributeError):
+                return None  # not complete yet, or not ours to judge: asked again next time
+            self._owner_of[path.name] = owner
+        return self._owner_of[path.name]
 
     def stage(self, frames: int) -> Path:
         """Creates and returns a fresh staging directory for a checkpoint at ``frames``."""
@@ -90,7 +119,7 @@ class CheckpointStore:
         while f"{PREFIX}{frames:012d}-{n}" in existing:
             n += 1
         name = f"{PREFIX}{frames:012d}-{n}"
-        staging = self.root / f".staging-{name}"
+        staging = self.root / f"{self._staging_prefix()}{name}"
         if staging.exists():
             shutil.rmtree(staging)
         staging.mkdir()
@@ -111,6 +140,7 @@ class CheckpointStore:
             "format_version": FORMAT_VERSION,
             "created_unix": time.time(),
             "config_digest": config_digest,
+            "run_id": self.owner,
             "counters": counters,
             "files": files,
         }
@@ -119,7 +149,7 @@ class CheckpointStore:
             json.dump(manifest, f, indent=1, sort_keys=True)
             f.flush()
             os.fsync(f.fileno())
-        final = self.root / staging.name.removeprefix(".staging-")
+        final = self.root / staging.name.removeprefix(self._staging_prefix())
         os.rename(staging, final)
         fsync_dir(self.root)
         self.rotate()
@@ -130,11 +160,18 @@ class CheckpointStore:
         shutil.rmtree(staging, ignore_errors=True)
 
     def rotate(self) -> None:
-        """Deletes the oldest checkpoints beyond ``keep`` and stale staging directories."""
-        for old in self.checkpoints()[: -self.keep]:
+        """Deletes its owners' oldest checkpoints beyond ``keep`` and its stale staging dirs."""
+        for old in self.own()[: -self.keep]:
             shutil.rmtree(old, ignore_errors=True)
-        for staging in self.root.glob(".staging-*"):
+        self.remove_staging()
+
+    def remove_staging(self) -> None:
+        """Removes the staging directories this store left (a crash or failure mid-save)."""
+        for staging in self.root.glob(f"{self._staging_prefix()}*"):
             shutil.rmtree(staging, ignore_errors=True)
+
+    def _staging_prefix(self) -> str:
+        return f".staging-{self.owner}-"
 
 
 def verify(path: str | Path) -> dict:

@@ -1,7 +1,13 @@
 """The ``grpc`` section of the run config: the driver's gRPC server (see ``services.grpc.server``).
 
 ``services.config.sections`` composes it into ``RunConfig`` (``--set grpc.port=0``); its errors name
-the field like every section's (``grpc.token: required when ...``).
+the field like every section's (``grpc.token: required when ...``), the nested ``tls`` section's
+with its path (``grpc.tls.cert_file: ...``).
+
+Secrets (``token``, ``actor_token``) are references, ``env:NAME`` (an environment variable) or
+``file:PATH`` (a file's first line), resolved when the server starts; a literal secret is
+accepted only while the server binds loopback, and :func:`redact_secrets` hides it from
+everything the run writes (``config.yaml``, checkpoints, ``GetStatus``).
 """
 
 from __future__ import annotations
@@ -9,8 +15,13 @@ from __future__ import annotations
 import dataclasses
 import ipaddress
 import os
+from pathlib import Path
+
+from replay.wire.transport import ServerTls
 
 LOOPBACK_NAMES = ("localhost",)
+REDACTED = "<redacted>"
+SECRET_FIELDS = ("token", "actor_token")
 
 
 def is_loopback(host: str) -> bool:
@@ -23,20 +34,126 @@ def is_loopback(host: str) -> bool:
         return False
 
 
+def is_reference(secret: str) -> bool:
+    """Whether a secret names where it lives (``env:NAME``, ``file:PATH``) instead of being it."""
+    return secret.startswith(("env:", "file:"))
+
+
+def resolve_secret(field: str, secret: str | None) -> str | None:
+    """The secret ``env:NAME`` or ``file:PATH`` names (a literal as is).
+
+    Raises:
+        ValueError: Naming ``field``: an unset variable, an unreadable or empty file.
+    """
+    if secret is None or not is_reference(secret):
+        return secret
+    kind, _, where = secret.partition(":")
+    if kind == "env":
+        value = os.environ.get(where, "")
+        if not value:
+            raise ValueError(f"{field}: environment variable {where} is unset or empty")
+        return value
+    try:
+        lines = Path(where).expanduser().read_text().splitlines()
+    except (OSError, UnicodeDecodeError) as err:
+        raise ValueError(f"{field}: cannot read the secret file {where}: {err}") from None
+    if not lines or not lines[0].strip():
+        raise ValueError(f"{field}: the secret file {where} is empty")
+    return lines[0].strip()
+
+
+def redact_secrets(section: dict) -> dict:
+    """A ``grpc`` section dict with literal secrets replaced by ``<redacted>``.
+
+    Examples:
+        >>> redact_secrets({"token": "s3cret", "actor_token": "env:ACTOR"})
+        {'token': '<redacted>', 'actor_token': 'env:ACTOR'}
+    """
+    out = dict(section)
+    for field in SECRET_FIELDS:
+        if out.get(field) and not is_reference(str(out[field])):
+            out[field] = REDACTED
+    return out
+
+
+@dataclasses.dataclass(frozen=True)
+class TlsConfig:
+    """TLS on every listener of the run (the driver's server and the shards' direct writes).
+
+    Attributes:
+        cert_file: PEM certificate chain the servers present (its names or IPs must match the
+            address clients dial).
+        key_file: PEM private key of ``cert_file``.
+        client_ca_file: PEM CA: clients must present a certificate it signed (mutual TLS);
+            None: any client may connect (and authenticates with a token).
+    """
+
+    cert_file: str | None = None
+    key_file: str | None = None
+    client_ca_file: str | None = None
+
+    def __post_init__(self) -> None:
+        if (self.cert_file is None) != (self.key_file is None):
+            missing = "key_file" if self.key_file is None else "cert_file"
+            raise ValueError(f"{missing}: cert_file and key_file go together, got only one")
+        if self.client_ca_file is not None and self.cert_file is None:
+            raise ValueError("client_ca_file: mutual TLS needs cert_file and key_file too")
+
+    @property
+    def enabled(self) -> bool:
+        """Whether the servers listen with TLS."""
+        return self.cert_file is not None
+
+    def check_files(self) -> None:
+        """Refuses a file that cannot be read (naming the field).
+
+        Raises:
+            ValueError: ``<field>: cannot read <path>: ...``.
+        """
+        for field in ("cert_file", "key_file", "client_ca_file"):
+            path = getattr(self, field)
+            if path is None:
+                continue
+            try:
+                Path(path).expanduser().read_bytes()
+            except OSError as err:
+                raise ValueError(f"{field}: cannot read {path}: {err.strerror}") from None
+
+    def server_tls(self) -> ServerTls | None:
+        """The PEM material (None without TLS)."""
+        if not self.enabled:
+            return None
+        ca = self.client_ca_file
+        return ServerTls.from_files(
+            str(Path(self.cert_file).expanduser()),
+            str(Path(self.key_file).expanduser()),
+            str(Path(ca).expanduser()) if ca else None,
+        )
+
+
 @dataclasses.dataclass(frozen=True)
 class GrpcConfig:
     """The driver's gRPC server: operator control and experience from actors outside Ray.
 
     Attributes:
         port: Port of the server; None: no server; 0: the OS chooses (the address is logged).
-        host: Bind address; loopback unless you mean to expose it (then ``token`` is required).
-        token: Clients must send ``authorization: Bearer <token>`` metadata; ``env:NAME`` reads
-            the token from environment variable ``NAME`` when the server starts (keeps it out
-            of the run's saved config). Required when ``host`` is not loopback.
+        host: Bind address of the server and of the shards' direct writes; loopback unless you
+            mean to expose it (then ``token`` and TLS, or ``allow_plaintext``, are required).
+        token: The operator credential: clients send ``authorization: Bearer <token>``
+            metadata and may call everything. ``env:NAME`` or ``file:PATH`` names where the
+            secret lives (read when the server starts); a literal secret is accepted only on
+            loopback and is never written anywhere (``<redacted>``). Required beyond loopback.
+        actor_token: The actor credential (same forms): external actors may call Insert,
+            GetWeights, GetRoute and GetStatus with it, nothing else (PERMISSION_DENIED).
+            Needs ``token``.
+        tls: TLS files (``grpc.tls.cert_file``, ``key_file``, ``client_ca_file``).
+        allow_plaintext: Serve without TLS beyond loopback (on a network you trust).
         max_message_mb: Largest transition batch in MiB (its tensors' bytes); larger batches
             are refused with INVALID_ARGUMENT naming the key. gRPC's own message limit is twice
             this, so such a batch still reaches the check.
-        max_workers: Threads serving RPCs (each open Insert stream holds one).
+        max_workers: Threads serving RPCs; each open Insert stream holds one, and at most
+            ``max_workers - 4`` (at least half) Insert streams run at once, so Control calls
+            are answered while the Insert capacity is taken.
         inflight_writes: Shard calls one Insert stream keeps in flight while it reads on (each
             carries the batches that arrived meanwhile).
         grace_s: Seconds in-flight RPCs get to finish when the server stops.
@@ -46,17 +163,32 @@ class GrpcConfig:
         direct_writes: Every replay shard also serves ``Experience/Insert`` itself; clients
             that fetch ``Experience/GetRoute`` stream each batch to its shard, skipping the
             driver hop (``replay.intake``). The driver still gates and counts them.
+        writer_frames_per_s: Frames per second each writer id may insert (RESOURCE_EXHAUSTED
+            beyond; a burst of one second's worth); None: no limit.
+        writer_lease_s: Seconds a writer id stays its caller's after its last write
+            (``replay.wire.leases``); another caller using it meanwhile is refused.
+        clip_actions: Clip Box actions into the action space instead of refusing batches
+            whose actions lie outside it.
+        stream_idle_s: An Insert stream that sends nothing for this many seconds is cancelled
+            (its thread freed); None: never.
     """
 
     port: int | None = None
     host: str = "127.0.0.1"
     token: str | None = None
+    actor_token: str | None = None
+    tls: TlsConfig = dataclasses.field(default_factory=TlsConfig)
+    allow_plaintext: bool = False
     max_message_mb: float = 64.0
     max_workers: int = 16
     inflight_writes: int = 4
     grace_s: float = 2.0
     shared_memory_mb: float = 256.0
     direct_writes: bool = False
+    writer_frames_per_s: float | None = None
+    writer_lease_s: float = 300.0
+    clip_actions: bool = False
+    stream_idle_s: float | None = 60.0
 
     def __post_init__(self) -> None:
         checks = [
@@ -67,7 +199,6 @@ class GrpcConfig:
                 self.port,
             ),
             (bool(self.host), "host", "must be a non-empty address", self.host),
-            (self.token is None or bool(self.token), "token", "must be non-empty", self.token),
             (self.max_message_mb > 0, "max_message_mb", "must be > 0", self.max_message_mb),
             (self.max_workers >= 2, "max_workers", "must be >= 2", self.max_workers),
             (self.inflight_writes >= 1, "inflight_writes", "must be >= 1", self.inflight_writes),
@@ -84,18 +215,71 @@ class GrpcConfig:
                 "needs the gRPC server (set grpc.port)",
                 self.direct_writes,
             ),
+            (
+                self.writer_frames_per_s is None or self.writer_frames_per_s > 0,
+                "writer_frames_per_s",
+                "must be > 0 or null (no limit)",
+                self.writer_frames_per_s,
+            ),
+            (self.writer_lease_s > 0, "writer_lease_s", "must be > 0", self.writer_lease_s),
+            (
+                self.stream_idle_s is None or self.stream_idle_s > 0,
+                "stream_idle_s",
+                "must be > 0 or null (never)",
+                self.stream_idle_s,
+            ),
         ]
         for ok, field, rule, value in checks:
             if not ok:
                 raise ValueError(f"{field}: {rule}, got {value!r}")
-        if self.port is not None and self.token is None and not is_loopback(self.host):
+        self._check_secrets()
+        if self.enabled:
+            self._check_exposure()
+
+    def _check_secrets(self) -> None:
+        loopback = is_loopback(self.host)
+        for field in SECRET_FIELDS:
+            secret = getattr(self, field)
+            if secret is None:
+                continue
+            if not secret:
+                raise ValueError(f"{field}: must be non-empty, got ''")
+            if secret == REDACTED:
+                raise ValueError(
+                    f"{field}: {REDACTED} stands for a secret that was never written; set it "
+                    "again (env:NAME or file:PATH)"
+                )
+            if not is_reference(secret) and not loopback:
+                raise ValueError(
+                    f"{field}: a literal secret is accepted only on loopback "
+                    f"(host={self.host!r}); use env:NAME or file:PATH"
+                )
+        if self.actor_token is not None and self.token is None:
+            raise ValueError("actor_token: needs grpc.token (the operator credential) too")
+        if self.enabled:
+            operator = resolve_secret("token", self.token)
+            actor = resolve_secret("actor_token", self.actor_token)
+            if actor is not None and actor == operator:
+                raise ValueError("actor_token: must differ from grpc.token")
+
+    def _check_exposure(self) -> None:
+        if self.tls.enabled:
+            try:
+                self.tls.check_files()
+            except ValueError as err:
+                raise ValueError(f"tls.{err}") from None
+        if is_loopback(self.host):
+            return
+        if self.token is None:
             raise ValueError(
                 f"token: required when the server binds beyond loopback (host={self.host!r}); "
                 "set grpc.token (or grpc.host=127.0.0.1)"
             )
-        env = self.token[4:] if self.token and self.token.startswith("env:") else None
-        if self.port is not None and env is not None and not os.environ.get(env):
-            raise ValueError(f"token: environment variable {env} is unset or empty")
+        if not self.tls.enabled and not self.allow_plaintext:
+            raise ValueError(
+                f"tls: required when the server binds beyond loopback (host={self.host!r}): set "
+                "grpc.tls.cert_file and grpc.tls.key_file, or grpc.allow_plaintext: true"
+            )
 
     @property
     def enabled(self) -> bool:
@@ -107,23 +291,36 @@ class GrpcConfig:
         """The batch size limit in bytes."""
         return int(self.max_message_mb * (1 << 20))
 
+    def resolved_token(self) -> str | None:
+        """The operator secret clients must send (read from its reference when it is one)."""
+        return resolve_secret("token", self.token)
+
+    def resolved_actor_token(self) -> str | None:
+        """The actor secret (read from its reference when it is one)."""
+        return resolve_secret("actor_token", self.actor_token)
+
+    def server_options(self) -> dict:
+        """What both kinds of server need: credentials, TLS, limits, leases.
+
+        The secrets and the TLS material are read here, when a server starts.
+        """
+        return {
+            "operator": self.resolved_token(),
+            "actor": self.resolved_actor_token(),
+            "tls": self.tls.server_tls(),
+            "max_bytes": self.max_message_bytes,
+            "max_workers": self.max_workers,
+            "lease_s": self.writer_lease_s,
+            "frames_per_s": self.writer_frames_per_s,
+            "clip_actions": self.clip_actions,
+            "idle_s": self.stream_idle_s,
+        }
+
     def shard_intake_options(self) -> dict:
         """Where and how replay shards serve direct writes (see ``ReplayShard.start_intake``).
 
-        On loopback they bind the same host; beyond it every interface, advertising their
-        node's IP.
+        Each shard binds ``grpc.host`` where its node has that address, else its node's own
+        IP of the same family (never every interface unless ``host`` is a wildcard), and
+        advertises the address it bound (a wildcard: its node's IP).
         """
-        loopback = is_loopback(self.host)
-        return {
-            "host": self.host if loopback else ("::" if ":" in self.host else "0.0.0.0"),
-            "advertise": self.host if loopback else None,
-            "token": self.resolved_token(),
-            "max_bytes": self.max_message_bytes,
-            "max_workers": self.max_workers,
-        }
-
-    def resolved_token(self) -> str | None:
-        """The token clients must send (read from the environment for ``env:NAME``)."""
-        if self.token and self.token.startswith("env:"):
-            return os.environ[self.token[4:]]
-        return self.token
+        return {**self.server_options(), "host": self.host}

@@ -18,7 +18,7 @@ from learner.config import LearnerConfig
 from replay.config import ReplayConfig
 from services.config.checks import check
 from services.config.evaluation import EvaluationConfig
-from services.config.grpc import GrpcConfig
+from services.config.grpc import GrpcConfig, redact_secrets
 from services.config.recipes import ALGORITHMS
 
 
@@ -275,8 +275,14 @@ class RunConfig:
         check(self)
 
     def to_dict(self) -> dict:
-        """Plain nested dict (YAML/JSON serializable)."""
-        return _plain(dataclasses.asdict(self))
+        """Plain nested dict (YAML/JSON serializable), literal secrets ``<redacted>``.
+
+        Everything a run writes or reports goes through this (``config.yaml``, a checkpoint's
+        ``config.json``, ``GetStatus``), so a literal ``grpc.token`` is never written.
+        """
+        data = _plain(dataclasses.asdict(self))
+        data["grpc"] = redact_secrets(data["grpc"])
+        return data
 
     def digest(self) -> str:
         """SHA-256 of the canonical JSON form."""

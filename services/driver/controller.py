@@ -30,7 +30,14 @@ from replay.client import ReplayClient
 from replay.health import ShardUnavailableError
 from replay.shard import remote_shards
 from replay.wire.batches import ExternalReceipt
-from services.checkpoints.cut import recover_learners, restore_learners, restore_services, save_cut
+from services.checkpoints.cut import (
+    CheckpointWriteError,
+    recover_learners,
+    restore_learners,
+    restore_services,
+    save_cut,
+    write_failed,
+)
 from services.checkpoints.retention import make_store
 from services.checkpoints.store import latest_valid, read_json
 from services.config import RunConfig
@@ -87,7 +94,7 @@ class Controller:
         self.lineage: list[str] = []  # ids of the runs a resumed run continues (checkpoints)
         self.placement = None  # services.driver.placement.ServicePlacement, reserved in setup()
         root = config.checkpoint.dir or checkpoint_root
-        self.checkpoints = make_store(root, config.checkpoint) if root else None
+        self.checkpoints = make_store(root, config.checkpoint, self.run_id) if root else None
         self.resume_from = Path(resume_from) if resume_from else None
         self.last_checkpoint: Path | None = None
         self.cadence = CheckpointCadence.from_config(
@@ -187,7 +194,12 @@ class Controller:
         return start_learners(self.config, self.run_id, self.model_spec, self.shards, generation)
 
     def checkpoint(self) -> Path | None:
-        """Cuts a consistent checkpoint now (None when checkpoints are off)."""
+        """Cuts a consistent checkpoint now (None when checkpoints are off or one is skipped).
+
+        Raises:
+            services.checkpoints.cut.CheckpointWriteError: The disk refused the checkpoint
+                (logged with the path and counted; the staging directory is removed).
+        """
         if self.checkpoints is None:
             return None
         self.recovery.before_cut()  # no cut captures a restarted shard before its refill
@@ -197,6 +209,12 @@ class Controller:
         except ShardUnavailableError as err:  # the cut would miss a shard: the run goes on
             logger.warning("checkpoint skipped: %s", err)
             return None
+        except OSError as err:  # disk full, I/O error: logged and counted, the caller decides
+            failure = write_failed(self.checkpoints, err)
+            self.counters.checkpoint_failures += 1
+            logger.error("%s (checkpoint failures: %d)", failure, self.counters.checkpoint_failures)
+            self.emit("checkpoint_failed", failure)
+            raise failure from err
         finally:
             self.recovery.after_cut()
 
@@ -332,10 +350,16 @@ class Controller:
         return True
 
     def maybe_checkpoint(self) -> Path | None:
-        """Cuts a checkpoint every ``checkpoint.interval_frames`` or ``interval_s``."""
+        """Cuts a checkpoint every ``checkpoint.interval_frames`` or ``interval_s``.
+
+        One the disk refuses is logged and counted, and the run goes on (None).
+        """
         if self.stop_requested or not self.cadence.due(self.counters.collected_frames):
             return None
-        return self.checkpoint()
+        try:
+            return self.checkpoint()
+        except CheckpointWriteError:
+            return None
 
     def progress(self, *, force: bool = False) -> None:
         """Emits a progress snapshot (and checks early stopping) once per ``log_interval_s``."""

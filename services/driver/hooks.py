@@ -9,6 +9,7 @@ depend on the event:
     * ``round``: the ``StepReceipt`` of a finished learner round;
     * ``progress``: the snapshot dict (``services.observe.report.snapshot``);
     * ``checkpoint``: the checkpoint's path and the seconds the cut took;
+    * ``checkpoint_failed``: the ``CheckpointWriteError`` of a checkpoint the disk refused;
     * ``train_end``: none (the loop is done, before the final checkpoint);
     * ``shutdown``: none (before the actors are stopped).
 
@@ -37,6 +38,7 @@ EVENTS = (
     "round",
     "progress",
     "checkpoint",
+    "checkpoint_failed",
     "train_end",
     "shutdown",
 )

@@ -10,7 +10,8 @@ driver thread. The :class:`Inbox` is the one place they meet:
   ``controller.count_external`` (frames are counted once, by the driver, from receipts) and
   resolves the future the handler waits on.
 - **checkpoint and stop requests**: futures resolved by the driver (a checkpoint is cut in the
-  loop, through the same consistent-cut path as interval checkpoints).
+  loop, through the same consistent-cut path as interval checkpoints; the requests waiting at a
+  boundary and those that arrive while the cut runs share that one cut).
 - **status**: a snapshot of the counters taken at every poll, read by ``GetStatus``.
 
 The controller calls :meth:`Inbox.poll` once per loop iteration, :meth:`Inbox.wait` when
@@ -54,6 +55,7 @@ class Inbox:
         self.state = "starting"
         self.status: dict = {"state": self.state}
         self.weights = None  # the newest PublishedWeights the driver holds
+        self.published_version = -1  # the highest version published yet (batches may not exceed)
         self.shards: list = []
         self.on_state: Callable[[str], None] | None = None
         self._cond = threading.Condition()
@@ -122,6 +124,7 @@ class Inbox:
                 open=self._open and not self._closed,
                 closed=self._closed,
                 total_frames=self.status.get("collected_frames", 0),
+                published_version=self.published_version,
             )
 
     # -- requests (gRPC threads) -----------------------------------------------------------------
@@ -213,19 +216,34 @@ class Inbox:
             checkpoints, self._checkpoints = self._checkpoints, []
         for reason in stops:
             controller.request_stop(reason)
-        for future in checkpoints:
-            try:
-                path = controller.checkpoint()
-            except Exception as err:  # the requester learns why; the run goes on
-                logger.exception("gRPC checkpoint request failed")
-                future.set_exception(err)
-            else:
-                future.set_result(None if path is None else str(path))
+        if checkpoints:
+            self._cut(controller, checkpoints)
         if controller.stop_requested and self.state == "running":
             self._set_state("stopping")
-        self.weights = controller.weights
+        weights = controller.weights
+        if weights is not None:
+            self.published_version = max(self.published_version, weights.version)
+        self.weights = weights
         self._set_open(self._may_write(controller))
         self._snapshot(controller)
+
+    def _cut(self, controller: InboxView, requests: list[Future]) -> None:
+        """One checkpoint for ``requests`` and for every request that arrives while it runs."""
+        try:
+            path = controller.checkpoint()
+        except Exception as err:  # the requesters learn why; the run goes on
+            logger.exception("gRPC checkpoint request failed")
+            path, error = None, err
+        else:
+            error = None
+        with self._cond:
+            requests += self._checkpoints  # they came during the cut: it answers them too
+            self._checkpoints = []
+        for future in requests:
+            if error is not None:
+                future.set_exception(error)
+            else:
+                future.set_result(None if path is None else str(path))
 
     def wait(self, controller: InboxView, timeout: float) -> bool:
         """With nothing in flight: whether the loop should go on waiting for external frames.
@@ -296,7 +314,7 @@ class Inbox:
         with self._cond:
             receipts, self._receipts = self._receipts, []
         if direct is None and self.direct is not None:
-            direct = self.direct.drain(controller.counters.collected_frames)
+            direct = self.direct.drain(controller.counters.collected_frames, self.published_version)
         receipts += [(receipt, Future()) for receipt in direct or ()]
         for receipt, _ in receipts:
             if receipt.frames:

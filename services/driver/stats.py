@@ -29,6 +29,7 @@ class RunCounters:
         replay_items_refilled: Items put back into restarted shards from a checkpoint.
         env_errors: Env exceptions inside rollouts (envs rebuilt, rollout not counted).
         nonfinite_steps: Optimizer steps skipped for a non-finite loss or gradient.
+        checkpoint_failures: Checkpoints the disk refused (full, I/O error); the run went on.
     """
 
     collected_frames: int = 0
@@ -47,6 +48,7 @@ class RunCounters:
     replay_items_refilled: int = 0
     env_errors: int = 0
     nonfinite_steps: int = 0
+    checkpoint_failures: int = 0
 
 
 class EpisodeWindow:

@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from learner.receipts import PublishedWeights
     from replay.client import ReplayClient
     from replay.wire.batches import ExternalReceipt
+    from services.checkpoints.store import CheckpointStore
     from services.config import RunConfig
     from services.config.recipes import Algorithm
     from services.driver.accounting import Accounting
@@ -123,6 +124,7 @@ class CutView(Protocol):
     inflight: dict[ray.ObjectRef, int]
     pending_round: PendingRound | None
     last_checkpoint: Path | None
+    checkpoints: CheckpointStore | None
 
     @property
     def counters(self) -> RunCounters:

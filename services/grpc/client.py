@@ -14,6 +14,17 @@ Retries: every batch carries ``(writer_id, seq)``; the client numbers them 0, 1,
 sent again with the same writer id and ``seq`` (e.g. after UNAVAILABLE) is acknowledged, not
 stored twice. A restarted actor that starts again at 0 needs a new writer id (the default
 includes a random part), or it would be taken for a retry.
+
+Leases: a writer id belongs to the client that first wrote with it (``replay.wire.leases``):
+each client sends a random lease id (``x-relayrl-lease`` metadata) with its credential, and
+another client (another lease) using the same writer id is refused with PERMISSION_DENIED until
+the owner has been idle for ``grpc.writer_lease_s``. Pass the same ``lease`` to a client that
+takes over a writer id.
+
+TLS: with ``ca_file`` (the CA that signed the server's certificate) the channels are encrypted;
+with ``cert_file`` and ``key_file`` too, the client presents its own certificate (mutual TLS,
+``grpc.tls.client_ca_file``). ``server_name`` overrides the name checked against the server's
+certificate (e.g. when dialing an IP address the certificate does not name).
 """
 
 from __future__ import annotations
@@ -25,6 +36,7 @@ import os
 import socket
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
 
 import grpc
 import numpy as np
@@ -32,7 +44,9 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from replay.wire import experience_pb2 as pb
 from replay.wire import experience_pb2_grpc as pb_grpc
-from replay.wire.batches import WRITER_PREFIX, decode_state_dict, encode_arrays, shard_of
+from replay.wire.auth import LEASE_METADATA
+from replay.wire.batches import WRITER_PREFIX, shard_of
+from replay.wire.codecs import decode_state_dict, encode_arrays
 from services.grpc import control_pb2 as control_pb
 from services.grpc import control_pb2_grpc as control_grpc
 
@@ -62,6 +76,32 @@ def default_writer_id() -> str:
     return f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
 
 
+def channel_credentials(
+    ca_file: str | None, cert_file: str | None = None, key_file: str | None = None
+) -> grpc.ChannelCredentials | None:
+    """TLS credentials from PEM files (None without ``ca_file``: plaintext).
+
+    Raises:
+        ValueError: For ``cert_file`` without ``key_file`` (or the reverse) or without
+            ``ca_file``.
+    """
+    if (cert_file is None) != (key_file is None):
+        raise ValueError("cert_file and key_file: give both for mutual TLS, or neither")
+    if ca_file is None:
+        if cert_file is not None:
+            raise ValueError("ca_file: mutual TLS needs the server's CA too")
+        return None
+
+    def read(path: str | None) -> bytes | None:
+        return Path(path).expanduser().read_bytes() if path else None
+
+    return grpc.ssl_channel_credentials(
+        root_certificates=read(ca_file),
+        private_key=read(key_file),
+        certificate_chain=read(cert_file),
+    )
+
+
 class RelayClient:
     """Calls ``relayrl.v1.Control`` and ``relayrl.v1.Experience`` on one channel.
 
@@ -69,10 +109,17 @@ class RelayClient:
         address: ``host:port`` of the run's gRPC server (logged by the run at start).
 
     Keyword Args:
-        token: The run's ``grpc.token`` (sent as ``authorization: Bearer <token>``).
+        token: The run's ``grpc.token`` (operator) or ``grpc.actor_token`` (actor), sent as
+            ``authorization: Bearer <token>``.
         writer_id: This client's writer id (default: :func:`default_writer_id`).
         max_message_mb: Message size limit of the channel.
         timeout: Seconds each call may take.
+        ca_file: PEM CA of the server's certificate: TLS (None: plaintext).
+        cert_file: PEM certificate of this client (mutual TLS; with ``key_file``).
+        key_file: PEM private key of ``cert_file``.
+        server_name: The name to check the server's certificate against (default: the host
+            of the address dialed).
+        lease: The lease id this client's writes carry (default: a random one).
     """
 
     def __init__(
@@ -83,28 +130,38 @@ class RelayClient:
         writer_id: str | None = None,
         max_message_mb: float = 256.0,
         timeout: float = 120.0,
+        ca_file: str | None = None,
+        cert_file: str | None = None,
+        key_file: str | None = None,
+        server_name: str | None = None,
+        lease: str | None = None,
     ) -> None:
         limit = int(max_message_mb * (1 << 20))
-        self.channel = grpc.insecure_channel(
-            address,
-            options=[
-                ("grpc.max_send_message_length", limit),
-                ("grpc.max_receive_message_length", limit),
-            ],
-        )
-        self.control = control_grpc.ControlStub(self.channel)
-        self.experience = pb_grpc.ExperienceStub(self.channel)
-        self.health_stub = health_pb2_grpc.HealthStub(self.channel)
-        self.metadata = (("authorization", f"Bearer {token}"),) if token else ()
-        self.writer_id = writer_id or default_writer_id()
-        self.timeout = timeout
-        self.seq = 0
         self.channel_options = [
             ("grpc.max_send_message_length", limit),
             ("grpc.max_receive_message_length", limit),
         ]
+        if server_name:
+            self.channel_options.append(("grpc.ssl_target_name_override", server_name))
+        self.credentials = channel_credentials(ca_file, cert_file, key_file)
+        self.channel = self._channel(address)
+        self.control = control_grpc.ControlStub(self.channel)
+        self.experience = pb_grpc.ExperienceStub(self.channel)
+        self.health_stub = health_pb2_grpc.HealthStub(self.channel)
+        self.lease = lease or uuid.uuid4().hex
+        self.metadata = ((LEASE_METADATA, self.lease),)
+        if token:
+            self.metadata = (("authorization", f"Bearer {token}"), *self.metadata)
+        self.writer_id = writer_id or default_writer_id()
+        self.timeout = timeout
+        self.seq = 0
         self.shard_stubs: dict[str, tuple[grpc.Channel, pb_grpc.ExperienceStub]] = {}
         self._route: pb.Route | None = None
+
+    def _channel(self, address: str) -> grpc.Channel:
+        if self.credentials is None:
+            return grpc.insecure_channel(address, options=self.channel_options)
+        return grpc.secure_channel(address, self.credentials, options=self.channel_options)
 
     def __enter__(self) -> RelayClient:
         return self
@@ -275,7 +332,7 @@ class RelayClient:
 
     def _shard_stub(self, address: str) -> pb_grpc.ExperienceStub:
         if address not in self.shard_stubs:
-            channel = grpc.insecure_channel(address, options=self.channel_options)
+            channel = self._channel(address)
             self.shard_stubs[address] = (channel, pb_grpc.ExperienceStub(channel))
         return self.shard_stubs[address][1]
 

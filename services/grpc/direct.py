@@ -39,7 +39,7 @@ class DirectWrites:
         self.shards = list(shards)
         self.options = {**options, "num_shards": len(self.shards)}
         self.timeout = timeout
-        self.state = {"open": False, "closed": False, "total_frames": 0}
+        self.state = {"open": False, "closed": False, "total_frames": 0, "published_version": -1}
         self.lock = threading.Lock()
         self.epoch = 0
         self.addresses = ray.get(
@@ -53,14 +53,25 @@ class DirectWrites:
         with self.lock:
             return list(self.addresses), ROUTE_GROUP, self.epoch
 
-    def push(self, *, open: bool, closed: bool, total_frames: int) -> None:
+    def push(
+        self, *, open: bool, closed: bool, total_frames: int, published_version: int = -1
+    ) -> None:
         """Sends the driver's intake state to every shard's gate (in order, not awaited)."""
-        self.state = {"open": open, "closed": closed, "total_frames": total_frames}
+        self.state = {
+            "open": open,
+            "closed": closed,
+            "total_frames": total_frames,
+            "published_version": published_version,
+        }
         for shard in self.shards:
             shard.intake_set.remote(**self.state)
 
-    def drain(self, total_frames: int) -> list[ExternalReceipt]:
-        """Receipts the shards have answered since the last call; asks each for more."""
+    def drain(self, total_frames: int, published_version: int = -1) -> list[ExternalReceipt]:
+        """Receipts the shards have answered since the last call; asks each for more.
+
+        Each request carries the run's frame count and newest published version, which the
+        shards check batches' policy versions against.
+        """
         receipts: list[ExternalReceipt] = []
         now = time.monotonic()
         if now - self._drained_at < DRAIN_INTERVAL_S:
@@ -73,8 +84,9 @@ class DirectWrites:
                 if not ready:
                     continue
                 receipts += self._get(index, ref)
-            self._drains[index] = shard.intake_drain.remote(total_frames)
+            self._drains[index] = shard.intake_drain.remote(total_frames, published_version)
         self.state["total_frames"] = total_frames
+        self.state["published_version"] = max(self.state["published_version"], published_version)
         return receipts
 
     def hold(self) -> list[ExternalReceipt]:

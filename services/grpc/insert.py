@@ -8,6 +8,12 @@ several batches (more batches per call exactly when the shards are the bottlenec
 is acknowledged on its own receipt, and the driver counts it from there (see
 ``services.driver.inbox``).
 
+Memory is bounded by flow control: the queue holds at most ``window`` batches, so while the
+sender waits (the intake gate is shut, the shards are slow) the handler stops reading and gRPC
+stops the client; a batch's arrays are dropped once its shard call has taken them (Ray copies
+its arguments when the call is made), so a stream keeps at most a few messages beyond what is
+stored.
+
 Routing (``replay.wire.batches.shard_of``): batch ``seq`` of writer ``w`` goes to shard
 ``(crc32(w) + seq // ROUTE_GROUP) % shards``: a writer's batches take turns over every shard in
 runs of ``ROUTE_GROUP`` (so consecutive batches can share a call), and a retried
@@ -20,6 +26,7 @@ from __future__ import annotations
 
 import collections
 import concurrent.futures
+import contextlib
 import dataclasses
 import queue
 import threading
@@ -40,7 +47,7 @@ class Pending:
     """One checked batch of a stream, until the driver has counted it.
 
     Attributes:
-        arrays: The batch.
+        arrays: The batch (None once its shard call has taken it).
         writer: The replay writer id (``external/<client writer id>``).
         seq: The client's batch number.
         client_writer: The client's writer id.
@@ -50,7 +57,7 @@ class Pending:
         receipt: Set when the shard acknowledged it.
     """
 
-    arrays: dict[str, np.ndarray]
+    arrays: dict[str, np.ndarray] | None
     writer: str
     seq: int
     client_writer: str
@@ -158,17 +165,25 @@ class InsertStream:
         self.timeout = timeout
         self.items: list[Pending] = []
         self.error: BaseException | None = None
-        self._queue: queue.SimpleQueue[Pending | None] = queue.SimpleQueue()
+        self._queue: queue.Queue[Pending | None] = queue.Queue(maxsize=window)
         self._calls: collections.deque[concurrent.futures.Future] = collections.deque()
         self._thread = threading.Thread(target=self._run, name="grpc-insert", daemon=True)
         self._thread.start()
 
     def add(self, item: Pending) -> None:
-        """Queues a checked batch (raises the sender's error, if any, e.g. IntakeClosed)."""
+        """Queues a checked batch; waits while ``window`` batches are queued (flow control).
+
+        Raises:
+            IntakeClosed, TimeoutError: The sender's error, if any, or a queue that stayed full
+                for ``timeout`` seconds.
+        """
         if self.error is not None:
             raise self.error
+        try:
+            self._queue.put(item, timeout=self.timeout)
+        except queue.Full:
+            raise TimeoutError("external writes are held (rate limited or a checkpoint)") from None
         self.items.append(item)
-        self._queue.put(item)
 
     def finish(self) -> list[Pending]:
         """Sends what is queued, waits until every batch is counted; returns them in order.
@@ -176,7 +191,7 @@ class InsertStream:
         Raises:
             IntakeClosed, TimeoutError, ray.exceptions.RayError: As the sender or a shard met.
         """
-        self._queue.put(None)
+        self._queue.put(None, timeout=self.timeout)
         self._thread.join(self.timeout)
         if self.error is not None:
             raise self.error
@@ -186,8 +201,12 @@ class InsertStream:
         return self.items
 
     def close(self) -> None:
-        """Lets the sender thread end (what it already took is still sent)."""
-        self._queue.put(None)
+        """Lets the sender thread end (what it already took is still sent, the rest dropped)."""
+        with contextlib.suppress(queue.Empty):
+            while True:
+                self._queue.get_nowait()
+        with contextlib.suppress(queue.Full):  # the sender took a None already
+            self._queue.put_nowait(None)
 
     def _take(self) -> tuple[list[Pending], bool]:
         first = self._queue.get()
@@ -235,6 +254,8 @@ class InsertStream:
                 for item in taken:
                     item.counted.set_exception(err)
                     self.inbox.acknowledged(None)
+            for item in taken:
+                item.arrays = None  # the shard call holds its own copy
 
     def _take_ready(self) -> tuple[list[Pending], bool]:
         taken: list[Pending] = []

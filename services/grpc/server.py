@@ -6,11 +6,14 @@ Started by ``python -m services.train`` when ``grpc.port`` is set. It serves
 health checking (``grpc.health.v1.Health``: SERVING while the run is running, NOT_SERVING
 before and from the moment it starts stopping) and server reflection.
 
-Security: the server binds to loopback unless ``grpc.host`` says otherwise; with
-``grpc.token`` every call but health checks must carry ``authorization: Bearer <token>``
-metadata (UNAUTHENTICATED otherwise), and a token is required to bind beyond loopback (the
-config is refused before anything starts). The transport is plaintext: beyond a trusted network,
-put a TLS-terminating proxy in front.
+Security (``docs/grpc.md#security``): the server binds to loopback unless ``grpc.host`` says
+otherwise; beyond loopback the config must name an operator credential and TLS files (or
+``grpc.allow_plaintext``), or it is refused before anything starts. With credentials every call
+but health checks must carry ``authorization: Bearer <secret>`` metadata
+(:class:`replay.wire.auth.ScopedAuth`: the operator's ``grpc.token`` for everything, the actor's
+``grpc.actor_token`` for experience and status); writer ids are leased to their callers
+(:mod:`replay.wire.leases`); Insert streams are capped below the worker threads so Control
+stays answered (:mod:`replay.wire.transport`).
 
 Examples:
     >>> server = GrpcServer(config.grpc, controller.inbox, spec=spec)  # doctest: +SKIP
@@ -22,18 +25,19 @@ from __future__ import annotations
 
 import json
 import logging
-from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
-import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from replay.wire import experience_pb2 as pb
+from replay.wire.auth import ScopedAuth
 from replay.wire.batches import TransitionSpec
 from replay.wire.heap import keep_freed_memory
-from replay.wire.service import TokenAuth, experience_handler
-from services.config.grpc import GrpcConfig
+from replay.wire.leases import WriterLeases
+from replay.wire.service import Admission, experience_handler
+from replay.wire.transport import StreamSlots, bind, insert_streams, make_server
+from services.config.grpc import GrpcConfig, redact_secrets
 from services.driver.inbox import Inbox
 from services.grpc import control_pb2 as control_pb
 from services.grpc import control_pb2_grpc as control_grpc
@@ -53,11 +57,8 @@ HEALTH_SERVICE = health.SERVICE_NAME
 
 
 def redacted_config(config: dict) -> dict:
-    """The run config with ``grpc.token`` hidden (``GetStatus`` returns it)."""
-    grpc_section = dict(config.get("grpc", {}))
-    if grpc_section.get("token") and not str(grpc_section["token"]).startswith("env:"):
-        grpc_section["token"] = "<redacted>"
-    return {**config, "grpc": grpc_section}
+    """The run config with literal secrets hidden (``GetStatus`` returns it)."""
+    return {**config, "grpc": redact_secrets(config.get("grpc", {}))}
 
 
 class GrpcServer:
@@ -84,51 +85,58 @@ class GrpcServer:
     ) -> None:
         self.config = config
         self.inbox = inbox
-        limit = 2 * config.max_message_bytes + (1 << 20)
-        options = [
-            ("grpc.max_receive_message_length", limit),
-            ("grpc.max_send_message_length", limit),
-            ("grpc.so_reuseport", 0),
-        ]
-        token = config.resolved_token()
+        options = config.server_options()  # reads the secrets and the TLS files now
         keep_freed_memory()  # every batch arrives in fresh megabytes (see replay.wire.heap)
-        self.server = grpc.server(
-            ThreadPoolExecutor(max_workers=config.max_workers, thread_name_prefix="grpc"),
-            interceptors=[TokenAuth(token)] if token else [],
-            options=options,
+        operator, actor = options["operator"], options["actor"]
+        self.server = make_server(
+            max_workers=config.max_workers,
+            max_bytes=config.max_message_bytes,
+            interceptors=[ScopedAuth(operator, actor)] if operator else [],
         )
         config_json = json.dumps(redacted_config(run_config or {}))
         control_grpc.add_ControlServicer_to_server(
             ControlServicer(inbox, run_name, config_json), self.server
         )
+        leases = WriterLeases(
+            lease_s=config.writer_lease_s, frames_per_s=config.writer_frames_per_s
+        )
+        admission = Admission(
+            spec,
+            leases,
+            max_bytes=config.max_message_bytes,
+            clip_actions=config.clip_actions,
+            max_version=lambda named: inbox.published_version,
+        )
         self.experience = ExperienceServicer(
             inbox,
-            spec,
-            max_bytes=config.max_message_bytes,
+            admission,
             inflight_writes=config.inflight_writes,
             shared_bytes=int(config.shared_memory_mb * (1 << 20)),
         )
-        self.server.add_generic_rpc_handlers((experience_handler(self.experience),))
+        self.slots = StreamSlots(insert_streams(config.max_workers), config.stream_idle_s)
+        self.server.add_generic_rpc_handlers(
+            (experience_handler(self.experience, slots=self.slots),)
+        )
         self.health = health.HealthServicer(experimental_non_blocking=True)
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
         self._set_health(serving=False)
         reflection.enable_server_reflection((*SERVICES, HEALTH_SERVICE, reflection.SERVICE_NAME),
                                             self.server)  # fmt: skip
         host = f"[{config.host}]" if ":" in config.host else config.host
-        try:
-            self.port = self.server.add_insecure_port(f"{host}:{config.port}")
-        except RuntimeError:
-            self.port = 0
+        self.port = bind(self.server, config.host, config.port, options["tls"])
         if self.port == 0:
             raise OSError(f"grpc.port: cannot bind {host}:{config.port}")
         self.address = f"{host}:{self.port}"
         self.server.start()
         inbox.on_state = self._on_state
         logger.info(
-            "gRPC server at %s (%s, token %s)",
+            "gRPC server at %s (%s; %s; credentials: %s)",
             self.address,
             ", ".join(SERVICES),
-            "required" if token else "off",
+            ("mutual TLS" if config.tls.client_ca_file else "TLS")
+            if config.tls.enabled
+            else "plaintext",
+            ("operator and actor" if actor else "operator") if operator else "none",
         )
 
     def attach(self, controller: InboxView) -> None:
@@ -144,6 +152,7 @@ class GrpcServer:
         from services.grpc.direct import DirectWrites
 
         options = {**self.config.shard_intake_options(), "spec": self.experience.spec}
+        options["published_version"] = self.inbox.published_version
         direct = DirectWrites(controller.shards, options)
         self.inbox.attach_direct(direct)
         logger.info("gRPC direct writes: replay shards at %s", ", ".join(direct.addresses))
@@ -164,6 +173,7 @@ class GrpcServer:
         """Health goes NOT_SERVING, then in-flight calls get ``grpc.grace_s`` to finish."""
         self.health.enter_graceful_shutdown()
         self.server.stop(self.config.grace_s).wait(self.config.grace_s + 1.0)
+        self.slots.close()
         self.experience.close()
         logger.info("gRPC server at %s stopped", self.address)
 

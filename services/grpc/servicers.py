@@ -17,13 +17,16 @@ import ray
 
 from replay.wire import experience_pb2 as pb
 from replay.wire import experience_pb2_grpc as pb_grpc
-from replay.wire.batches import (
-    BatchError,
-    TransitionSpec,
-    check_insert,
-    encode_state_dict,
+from replay.wire.auth import caller_identity
+from replay.wire.codecs import encode_state_dict
+from replay.wire.service import (
+    Admission,
+    IntakeClosed,
+    receipt_message,
+    refusal_message,
+    refusal_status,
+    remaining_seconds,
 )
-from replay.wire.service import IntakeClosed, receipt_message, remaining_seconds
 from services.driver.inbox import Inbox
 from services.grpc import control_pb2 as control_pb
 from services.grpc import control_pb2_grpc as control_grpc
@@ -121,8 +124,7 @@ class ExperienceServicer(pb_grpc.ExperienceServicer):
 
     Args:
         inbox: The driver's inbox (shards, weights, the driver's count).
-        spec: The run's transition spec; every batch is checked against it before it is sent.
-        max_bytes: Largest batch.
+        admission: Checks every batch (spec, fields, the writer's lease) before it is sent.
         inflight_writes: Replay writes one stream keeps in flight.
         shared_bytes: Size limit of the shared-memory pool for shards on this node (0: off).
     """
@@ -130,15 +132,14 @@ class ExperienceServicer(pb_grpc.ExperienceServicer):
     def __init__(
         self,
         inbox: Inbox,
-        spec: TransitionSpec,
+        admission: Admission,
         *,
-        max_bytes: int,
         inflight_writes: int = 4,
         shared_bytes: int = 0,
     ) -> None:
         self.inbox = inbox
-        self.spec = spec
-        self.max_bytes = max_bytes
+        self.admission = admission
+        self.spec = admission.spec
         self.inflight_writes = inflight_writes
         self.shared_bytes = shared_bytes
         self._route: ReplayRoute | None = None
@@ -163,6 +164,7 @@ class ExperienceServicer(pb_grpc.ExperienceServicer):
     def Insert(self, request_iterator, context):
         """Checks, stores and (through the driver) counts each batch; answers with receipts."""
         stream = None
+        owner = caller_identity(context)
         try:
             stream = InsertStream(
                 self.route(),
@@ -171,7 +173,7 @@ class ExperienceServicer(pb_grpc.ExperienceServicer):
                 timeout=remaining_seconds(context),
             )
             for request in request_iterator:
-                writer, arrays = check_insert(request, self.spec, max_bytes=self.max_bytes)
+                writer, arrays = self.admission.check(request, owner)
                 stream.add(
                     Pending(
                         arrays,
@@ -188,16 +190,15 @@ class ExperienceServicer(pb_grpc.ExperienceServicer):
                 frames_counted=sum(item.receipt.frames for item in items),
                 total_frames=max((item.counted.result() for item in items), default=0),
             )
-        except BatchError as err:
-            context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(err))
-        except IntakeClosed as err:
-            context.abort(grpc.StatusCode.UNAVAILABLE, str(err))
-        except (TimeoutError, concurrent.futures.TimeoutError) as err:
-            context.abort(grpc.StatusCode.DEADLINE_EXCEEDED, f"insert timed out: {err}")
         except ray.exceptions.RayError as err:
             context.abort(grpc.StatusCode.UNAVAILABLE, f"replay write failed: {err}")
         except grpc.RpcError:  # the client went away; what it sent is still stored and counted
             return None
+        except Exception as err:
+            code = refusal_status(err)
+            if code is None:
+                raise
+            context.abort(code, refusal_message(err))
         finally:
             if stream is not None:
                 stream.close()

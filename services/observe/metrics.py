@@ -106,6 +106,12 @@ METRICS: tuple[tuple[str, str, tuple[str, ...], str], ...] = (
     ("checkpoint_duration_seconds", "gauge", (), "Wall time of the last checkpoint."),
     ("checkpoint_last_success_timestamp_seconds", "gauge", (), "Unix time of the last checkpoint."),
     (
+        "checkpoint_failures_total",
+        "counter",
+        (),
+        "Checkpoints the disk refused (full, I/O error); logged with the path, the run goes on.",
+    ),
+    (
         "policy_lag_versions",
         "histogram",
         (),
@@ -206,6 +212,7 @@ class MetricsExporter:
         controller.register("round", self.on_round)
         controller.register("progress", self.on_progress)
         controller.register("checkpoint", self.on_checkpoint)
+        controller.register("checkpoint_failed", self.on_checkpoint_failed)
 
     def on_rollout(self, controller: Counted, receipt) -> None:
         """Counts one rollout receipt."""
@@ -280,6 +287,10 @@ class MetricsExporter:
         """Records a successful checkpoint."""
         self.m("checkpoint_duration_seconds").set(seconds)
         self.m("checkpoint_last_success_timestamp_seconds").set_to_current_time()
+
+    def on_checkpoint_failed(self, controller: Counted, error) -> None:
+        """Counts a checkpoint the disk refused."""
+        self.m("checkpoint_failures_total").inc()
 
     def _advance(self, name: str, total: float, **labels: str) -> None:
         """Moves a counter up to an absolute ``total`` reported by a component."""

@@ -74,6 +74,7 @@ def summary(run: ReportView) -> dict:
         "replay_items_lost": c.replay_items_lost,
         "env_errors": c.env_errors,
         "nonfinite_steps": c.nonfinite_steps,
+        "checkpoint_failures": c.checkpoint_failures,
         "stopped_early": run.stop_requested,
         "stop_reason": run.stop_reason,
         "return_milestones": {f"{k:g}": v for k, v in sorted(accounting.milestones.items())},

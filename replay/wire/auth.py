@@ -1,0 +1,111 @@
+"""Who may call what on both gRPC servers: scoped credentials and the caller's identity.
+
+Two credentials, both sent as ``authorization: Bearer <secret>`` metadata:
+
+- the **operator** credential (``grpc.token``) may call everything;
+- the **actor** credential (``grpc.actor_token``) may call what an external actor needs, the
+  :data:`ACTOR_METHODS` (``Experience``'s Insert, GetWeights and GetRoute, and
+  ``Control/GetStatus``); any other call with it is refused with PERMISSION_DENIED.
+
+A call without a known credential is refused with UNAUTHENTICATED; health checks need none
+(probes rarely carry credentials, and they reveal nothing). A server with no credential
+configured (loopback only, see ``services.config.grpc``) installs no interceptor at all.
+
+:func:`caller_identity` names the caller for writer leases (:mod:`replay.wire.leases`): a hash of
+its credential, its TLS client certificate (mutual TLS) and the lease id a client may send as
+``x-relayrl-lease`` metadata (:class:`services.grpc.client.RelayClient` sends a random one per
+client), so actors that share a credential still own their writer ids apart.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+
+import grpc
+
+LEASE_METADATA = "x-relayrl-lease"
+# Calls that need no credential.
+OPEN_PREFIXES = ("/grpc.health.v1.Health/",)
+# Calls the actor credential may make (every call is the operator's).
+ACTOR_METHODS = frozenset(
+    {
+        "/relayrl.v1.Experience/Insert",
+        "/relayrl.v1.Experience/GetWeights",
+        "/relayrl.v1.Experience/GetRoute",
+        "/relayrl.v1.Control/GetStatus",
+    }
+)
+
+
+class ScopedAuth(grpc.ServerInterceptor):
+    """Lets each call through only with a credential whose scope covers it (module docstring).
+
+    Args:
+        operator: The operator secret (everything).
+        actor: The actor secret (:data:`ACTOR_METHODS`), or None.
+    """
+
+    def __init__(self, operator: str, actor: str | None = None) -> None:
+        self.operator = f"Bearer {operator}".encode()
+        self.actor = f"Bearer {actor}".encode() if actor else None
+
+    def intercept_service(self, continuation, handler_call_details):
+        """Passes calls the credential covers; answers the rest UNAUTHENTICATED or DENIED."""
+        handler = continuation(handler_call_details)
+        method = handler_call_details.method
+        if handler is None or method.startswith(OPEN_PREFIXES):
+            return handler
+        metadata = dict(handler_call_details.invocation_metadata or ())
+        given = str(metadata.get("authorization", "")).encode()
+        if hmac.compare_digest(given, self.operator):
+            return handler
+        if self.actor is not None and hmac.compare_digest(given, self.actor):
+            if method in ACTOR_METHODS:
+                return handler
+            return _refusal(
+                handler,
+                grpc.StatusCode.PERMISSION_DENIED,
+                f"{method} needs the operator credential (grpc.token); the actor credential "
+                "(grpc.actor_token) may call Insert, GetWeights, GetRoute and GetStatus",
+            )
+        reason = "missing" if not given else "wrong"
+        return _refusal(
+            handler,
+            grpc.StatusCode.UNAUTHENTICATED,
+            f"{reason} credential: send 'authorization: Bearer <grpc.token or grpc.actor_token>'",
+        )
+
+
+def _refusal(handler, code: grpc.StatusCode, message: str):
+    """A handler of the same kind as ``handler`` that aborts with ``code``."""
+
+    def deny(request, context):
+        context.abort(code, message)
+
+    kind = {
+        (False, False): grpc.unary_unary_rpc_method_handler,
+        (False, True): grpc.unary_stream_rpc_method_handler,
+        (True, False): grpc.stream_unary_rpc_method_handler,
+        (True, True): grpc.stream_stream_rpc_method_handler,
+    }[(handler.request_streaming, handler.response_streaming)]
+    return kind(
+        deny,
+        request_deserializer=handler.request_deserializer,
+        response_serializer=handler.response_serializer,
+    )
+
+
+def caller_identity(context) -> str:
+    """A short hash naming the caller of an RPC: credential, client certificate, lease id.
+
+    The secret itself is never kept: only this hash, which owns writer ids
+    (:class:`replay.wire.leases.WriterLeases`).
+    """
+    metadata = dict(context.invocation_metadata() or ())
+    digest = hashlib.sha256()
+    for part in (metadata.get("authorization", ""), metadata.get(LEASE_METADATA, "")):
+        digest.update(str(part).encode() + b"\0")
+    for certificate in context.auth_context().get("x509_pem_cert", ()):
+        digest.update(certificate + b"\0")
+    return digest.hexdigest()[:16]

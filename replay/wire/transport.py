@@ -1,0 +1,206 @@
+"""How both gRPC servers face the network: TLS, limits, keepalive, and fair use of their threads.
+
+The driver's server (``services.grpc.server``) and every replay shard serving direct writes
+(:mod:`replay.intake`) are built here alike:
+
+- **TLS** (:class:`ServerTls`): a certificate chain and key, and with a client CA mutual TLS
+  (clients must present a certificate that CA signed). The PEM bytes travel to the shards, so a
+  shard on another node needs no files of its own. Without TLS a server listens in plaintext,
+  which the config allows only on loopback or with ``grpc.allow_plaintext``.
+- **Limits** (:func:`make_server`): message sizes twice the batch limit (so an oversized batch
+  still reaches the check that names it), at most :data:`RPCS_PER_WORKER` RPCs per worker
+  thread in flight (RESOURCE_EXHAUSTED beyond), keepalive pings that find dead peers, and a
+  maximum connection age and idle time, after which clients reconnect transparently.
+- **Fairness** (:class:`StreamSlots`): every open Insert stream holds a worker thread, so at
+  most ``max_workers - reserved`` of them run at once (a further one is answered
+  RESOURCE_EXHAUSTED at once) and the reserved threads stay free for ``Control`` calls, health
+  checks and weights. A stream that sends nothing for ``idle_s`` seconds is cancelled.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import grpc
+
+# RPCs in flight per worker thread (the rest of them wait for a thread) before gRPC answers
+# RESOURCE_EXHAUSTED.
+RPCS_PER_WORKER = 8
+# Worker threads kept from Insert streams at most (for Control, health checks and weights).
+RESERVED_WORKERS = 4
+KEEPALIVE_MS = 30_000
+KEEPALIVE_TIMEOUT_MS = 10_000
+MAX_CONNECTION_AGE_MS = 3_600_000
+MAX_CONNECTION_IDLE_MS = 600_000
+CONNECTION_GRACE_MS = 30_000
+# Bind addresses that mean every interface.
+WILDCARDS = ("0.0.0.0", "::", "")
+
+
+@dataclasses.dataclass(frozen=True)
+class ServerTls:
+    """A server's TLS material (PEM bytes).
+
+    Attributes:
+        cert_chain: The server's certificate chain.
+        private_key: Its private key.
+        client_ca: Clients must present a certificate this CA signed (mutual TLS); None: any
+            client may connect (and then authenticates with a token).
+    """
+
+    cert_chain: bytes
+    private_key: bytes = dataclasses.field(repr=False)
+    client_ca: bytes | None = None
+
+    @classmethod
+    def from_files(
+        cls, cert_file: str, key_file: str, client_ca_file: str | None = None
+    ) -> ServerTls:
+        """Reads the PEM files (``grpc.tls.cert_file``, ``key_file``, ``client_ca_file``)."""
+        ca = Path(client_ca_file).read_bytes() if client_ca_file else None
+        return cls(Path(cert_file).read_bytes(), Path(key_file).read_bytes(), ca)
+
+    def credentials(self) -> grpc.ServerCredentials:
+        """The gRPC server credentials (client certificates required with a client CA)."""
+        return grpc.ssl_server_credentials(
+            ((self.private_key, self.cert_chain),),
+            root_certificates=self.client_ca,
+            require_client_auth=self.client_ca is not None,
+        )
+
+
+def server_options(max_bytes: int) -> list[tuple[str, int]]:
+    """Channel arguments of both servers for batches of at most ``max_bytes``."""
+    limit = 2 * max_bytes + (1 << 20)
+    return [
+        ("grpc.max_receive_message_length", limit),
+        ("grpc.max_send_message_length", limit),
+        ("grpc.so_reuseport", 0),
+        ("grpc.keepalive_time_ms", KEEPALIVE_MS),
+        ("grpc.keepalive_timeout_ms", KEEPALIVE_TIMEOUT_MS),
+        ("grpc.http2.min_ping_interval_without_data_ms", KEEPALIVE_MS // 3),
+        ("grpc.max_connection_age_ms", MAX_CONNECTION_AGE_MS),
+        ("grpc.max_connection_age_grace_ms", CONNECTION_GRACE_MS),
+        ("grpc.max_connection_idle_ms", MAX_CONNECTION_IDLE_MS),
+    ]
+
+
+def make_server(
+    *, max_workers: int, max_bytes: int, interceptors=(), thread_name: str = "grpc"
+) -> grpc.Server:
+    """A ``grpc.server`` with both servers' limits (see the module docstring)."""
+    return grpc.server(
+        ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix=thread_name),
+        interceptors=list(interceptors),
+        options=server_options(max_bytes),
+        maximum_concurrent_rpcs=RPCS_PER_WORKER * max_workers,
+    )
+
+
+def bind(server: grpc.Server, host: str, port: int, tls: ServerTls | None) -> int:
+    """Listens on ``host:port`` (TLS when given); returns the port, 0 when it cannot bind."""
+    address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    try:
+        if tls is None:
+            return server.add_insecure_port(address)
+        return server.add_secure_port(address, tls.credentials())
+    except RuntimeError:
+        return 0
+
+
+def insert_streams(max_workers: int) -> int:
+    """Insert streams a server of ``max_workers`` threads runs at once (the rest: Control)."""
+    return max(1, max_workers - min(RESERVED_WORKERS, max_workers // 2))
+
+
+class StreamSlots:
+    """Caps the Insert streams open at once and cancels streams that stay idle.
+
+    Args:
+        limit: Streams at once (:func:`insert_streams`).
+        idle_s: Seconds a stream may wait for its client's next message (None: forever).
+
+    Examples:
+        >>> slots = StreamSlots(limit=1)
+        >>> slots.open, slots.limit
+        (0, 1)
+    """
+
+    def __init__(self, limit: int, idle_s: float | None = None) -> None:
+        self.limit = limit
+        self.idle_s = idle_s
+        self.open = 0
+        self._lock = threading.Lock()
+        self._waiting: dict[int, tuple[float, grpc.ServicerContext]] = {}
+        self._watchdog: threading.Thread | None = None
+        self._closed = threading.Event()
+
+    def guard(self, behavior):
+        """Wraps a stream-unary handler ``behavior(request_iterator, context)``."""
+
+        def guarded(request_iterator, context):
+            with self._lock:
+                full = self.open >= self.limit
+                if not full:
+                    self.open += 1
+            if full:
+                context.abort(
+                    grpc.StatusCode.RESOURCE_EXHAUSTED,
+                    f"{self.limit} Insert streams are open, the most this server takes at once "
+                    "(grpc.max_workers); retry later",
+                )
+            try:
+                return behavior(self._watched(request_iterator, context), context)
+            finally:
+                with self._lock:
+                    self.open -= 1
+
+        return guarded
+
+    def _watched(self, request_iterator, context):
+        """Yields the client's messages; the wait for each is watched for ``idle_s``."""
+        if self.idle_s is None:
+            yield from request_iterator
+            return
+        self._start_watchdog()
+        key = id(context)
+        try:
+            while True:
+                with self._lock:
+                    self._waiting[key] = (time.monotonic() + self.idle_s, context)
+                try:
+                    request = next(request_iterator)
+                except StopIteration:
+                    return
+                finally:
+                    with self._lock:
+                        self._waiting.pop(key, None)
+                yield request
+        finally:
+            with self._lock:
+                self._waiting.pop(key, None)
+
+    def _start_watchdog(self) -> None:
+        with self._lock:
+            if self._watchdog is None:
+                self._watchdog = threading.Thread(
+                    target=self._watch, name="grpc-idle-streams", daemon=True
+                )
+                self._watchdog.start()
+
+    def close(self) -> None:
+        """Ends the watchdog (the server is stopping)."""
+        self._closed.set()
+
+    def _watch(self) -> None:
+        period = min(1.0, self.idle_s / 4)
+        while not self._closed.wait(period):
+            now = time.monotonic()
+            with self._lock:
+                idle = [context for deadline, context in self._waiting.values() if deadline < now]
+            for context in idle:
+                context.cancel()  # the stream's handler sees an RpcError and ends
