@@ -19,6 +19,7 @@ table holds the same contents, priorities and counters and draws the same next s
 
 from __future__ import annotations
 
+import collections
 from pathlib import Path
 
 import numpy as np
@@ -33,7 +34,7 @@ from replay.npyio import (
     write_json,
 )
 from replay.receipts import WriteReceipt
-from replay.table import ReplayTable
+from replay.table import MAX_WRITERS, ReplayTable
 
 FORMAT = "relayrl.replay.table/1"
 META = "table.json"
@@ -159,8 +160,8 @@ def _restore(directory: Path, meta: dict, shard_id: int | None, mmap_dir) -> Rep
     table.sample_count = int(meta["sample_count"])
     table.priority_updates = int(meta["priority_updates"])
     table.stale_updates = int(meta["stale_updates"])
-    table._last = {
-        writer: WriteReceipt(
+    receipts = [
+        WriteReceipt(
             table.shard_id,
             writer,
             int(r["seq"]),
@@ -168,5 +169,7 @@ def _restore(directory: Path, meta: dict, shard_id: int | None, mmap_dir) -> Rep
             int(r["write_count"]),
         )
         for writer, r in meta["dedup"].items()
-    }
+    ]
+    receipts.sort(key=lambda r: r.write_count)  # least recently written first, as when dumped
+    table._last = collections.OrderedDict((r.writer_id, r) for r in receipts[-MAX_WRITERS:])
     return table

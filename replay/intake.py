@@ -41,7 +41,7 @@ from concurrent.futures import ThreadPoolExecutor
 import grpc
 
 from replay.wire import experience_pb2 as pb
-from replay.wire.auth import ScopedAuth, caller_identity
+from replay.wire.auth import Caller, ScopedAuth, caller_identity
 from replay.wire.batches import (
     ROUTE_GROUP,
     WRITER_PREFIX,
@@ -186,12 +186,12 @@ class ShardInsertServicer:
         (numpy copies run without the GIL), so the next message is received meanwhile.
         """
         timeout = remaining_seconds(context)
-        owner = caller_identity(context)
+        caller = caller_identity(context)
         pending: list = []
         try:
             with ThreadPoolExecutor(max_workers=1, thread_name_prefix="intake-write") as writer:
                 for request in request_iterator:
-                    checked = self._check(request, owner)
+                    checked = self._check(request, caller)
                     self.gate.enter(timeout)
                     pending.append(writer.submit(self._store, request, checked))
                     if len(pending) > WRITES_AHEAD:  # bounds the batches held in memory
@@ -210,7 +210,7 @@ class ShardInsertServicer:
             total_frames=self.gate.total_frames,
         )
 
-    def _check(self, request, owner: str) -> tuple[str, dict]:
+    def _check(self, request, caller: Caller) -> tuple[str, dict]:
         """The route first (a batch for another shard takes no lease here), then admission."""
         if getattr(request, "error", None) is None and request.writer_id:
             owner_shard = shard_of(WRITER_PREFIX + request.writer_id, request.seq, self.num_shards)
@@ -219,7 +219,7 @@ class ShardInsertServicer:
                     f"seq: batch {request.seq} of writer {shown(request.writer_id)} belongs to "
                     f"shard {owner_shard}, not {self.shard_id} (see Experience/GetRoute)"
                 )
-        return self.admission.check(request, owner)
+        return self.admission.check(request, caller)
 
     def _store(self, request, checked: tuple[str, dict]) -> ExternalReceipt:
         writer, arrays = checked

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 from pathlib import Path
 
 import numpy as np
@@ -20,6 +21,8 @@ from replay.storage import Batch, CircularStorage
 MAX_REDRAWS = 64
 
 SAMPLERS = ("uniform", "prioritized", "fifo")
+# Writers whose dedup state a table keeps (least recently written first out).
+MAX_WRITERS = 65_536
 
 
 class ReplayTable:
@@ -27,7 +30,8 @@ class ReplayTable:
 
     Writes are batches tagged with ``(writer_id, seq)``. Writers number their writes 0, 1, 2, ...;
     a write whose ``seq`` is not above the writer's last stored one is a retry: it is acknowledged
-    with the original receipt (``duplicate=True``) and stores nothing.
+    with the original receipt (``duplicate=True``) and stores nothing. The dedup state is kept
+    for the :data:`MAX_WRITERS` most recently written writers (in memory and in checkpoints).
 
     Every stored item has an *insertion id*: the table's write count when it was stored (item
     ``k`` of the table's history has id ``k`` and lives in slot ``k % capacity``). Samples carry
@@ -84,7 +88,7 @@ class ReplayTable:
         self.sample_count = 0
         self.priority_updates = 0
         self.stale_updates = 0
-        self._last: dict[str, WriteReceipt] = {}
+        self._last: collections.OrderedDict[str, WriteReceipt] = collections.OrderedDict()
 
     def __len__(self) -> int:
         return len(self.storage)
@@ -113,6 +117,9 @@ class ReplayTable:
         self.write_count += len(indices)
         receipt = WriteReceipt(self.shard_id, writer_id, seq, indices, self.write_count)
         self._last[writer_id] = receipt
+        self._last.move_to_end(writer_id)
+        if len(self._last) > MAX_WRITERS:  # a bounded dedup state (idle writers go first)
+            self._last.popitem(last=False)
         return receipt
 
     def sample(self, batch_size: int, *, beta: float | None = None) -> dict[str, np.ndarray]:

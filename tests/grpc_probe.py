@@ -3,7 +3,8 @@
 python tests/grpc_probe.py MODE ADDRESS TOKEN
   insert   two batches on one stream, then both again (a retry)
   weights  weights newer than (-1, -1), loaded into the run's network, which then acts
-  bad      each bad input alone, and the replay sizes around them
+  bad      each bad input alone (malformed, hostile, unauthorized, an impostor), and the
+           replay sizes and frame counts around them
 """
 
 from __future__ import annotations
@@ -78,6 +79,15 @@ def weights(client: RelayClient) -> dict:
     }
 
 
+def length_field(number: int, payload: bytes) -> bytes:
+    """A length-delimited protobuf field, written by hand (what no generated class sends)."""
+    out, value = bytearray([number << 3 | 2]), len(payload)
+    while value >= 0x80:
+        out.append(value & 0x7F | 0x80)
+        value >>= 7
+    return bytes(out) + bytes([value]) + payload
+
+
 def refused(call) -> list:
     try:
         call()
@@ -86,7 +96,7 @@ def refused(call) -> list:
     return ["OK", ""]
 
 
-def bad(client: RelayClient, address: str) -> dict:
+def bad(client: RelayClient, address: str, token: str) -> dict:
     before = replay_size(client)
     frames_before = client.status().frames
     cases = {}
@@ -106,8 +116,20 @@ def bad(client: RelayClient, address: str) -> dict:
     nan["reward"][3] = np.nan
     send("nan_reward", nan)
     send("too_large", transitions(5000))
-    for name, token in (("no_token", None), ("wrong_token", "not-the-token")):
-        other = RelayClient(address, token=token)
+    send("nan_return", request=client.batch(good, seq=10_000, episode_returns=[float("nan")],
+                                            episode_lengths=[3]))  # fmt: skip
+    send("zero_length", request=client.batch(good, seq=10_000, episode_returns=[1.0],
+                                             episode_lengths=[0]))  # fmt: skip
+    raw = client.channel.stream_unary("/relayrl.v1.Experience/Insert", request_serializer=bytes)
+    hostile = {
+        "packed_shape": length_field(3, length_field(3, b"\x01" * (1 << 20))),
+        "huge_writer_id": length_field(1, b"w" * (1 << 20)),
+        "oversized": length_field(1, b"w" * (4 << 20)),
+    }
+    for name, message in hostile.items():
+        cases[name] = refused(lambda m=message: raw(iter([m]), metadata=client.metadata))
+    for name, credential in (("no_token", None), ("wrong_token", "not-the-token")):
+        other = RelayClient(address, token=credential)
         cases[name] = refused(lambda other=other: other.insert([other.batch(good)]))
         cases[name + "_status"] = refused(other.status)
         cases[name + "_health"] = [other.health(), ""]
@@ -116,6 +138,13 @@ def bad(client: RelayClient, address: str) -> dict:
     # The server keeps serving: a good batch after the bad ones is stored (its seq 0 is fresh:
     # nothing of the refused batches, numbered 10,000, was stored).
     kept = client.insert([client.batch(good)])
+    # The writer id is now this client's: another client with the same credential is refused,
+    # and this one may not jump its seq far ahead (later batches would pass for retries).
+    impostor = RelayClient(address, token=token, writer_id=client.writer_id)
+    cases["impostor"] = refused(lambda: impostor.insert([impostor.batch(good, seq=1)]))
+    impostor.close()
+    cases["seq_jump"] = refused(lambda: client.insert([client.batch(good, seq=10**15)]))
+    retry = client.insert([client.batch(good, seq=0)])
     return {
         "cases": cases,
         "replay_before": before,
@@ -124,6 +153,9 @@ def bad(client: RelayClient, address: str) -> dict:
         "frames_between": frames_between,
         "replay_after_good": replay_size(client),
         "good_counted": kept.frames_counted,
+        "retry_duplicate": [r.duplicate for r in retry.receipts],
+        "replay_end": replay_size(client),
+        "frames_end": client.status().frames,
     }
 
 
@@ -131,7 +163,7 @@ def main() -> None:
     mode, address, token = sys.argv[1:4]
     client = RelayClient(address, token=token, writer_id=f"probe-{mode}")
     result = {"insert": insert, "weights": weights}.get(mode)
-    out = result(client) if result is not None else bad(client, address)
+    out = result(client) if result is not None else bad(client, address, token)
     print(json.dumps(out), flush=True)
 
 

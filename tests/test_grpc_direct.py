@@ -1,8 +1,11 @@
 """Direct writes (``grpc.direct_writes``): replay shards serve Insert themselves, on a real Ray.
 
-One run for the module (no collectors, in this process, its gRPC server on loopback); the
-clients are real: the example external actor in another process and :class:`RelayClient`.
-The tests go in file order; the last one stops the run.
+One run for the module (no collectors, in this process, its gRPC server on loopback, every
+listener with TLS, an operator and an actor credential); the clients are real: the example
+external actor in another process and :class:`RelayClient`. Its checkpoints go to a small
+tmpfs where one can be mounted, so a test can fill it up mid-run (else a directory that refuses
+writes stands in, see ``tests/diskfaults.py``). The tests go in file order; the last one stops
+the run.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ import socket
 import subprocess
 import threading
 import time
+from pathlib import Path
 
 import grpc
 import pytest
@@ -23,15 +27,18 @@ from replay.intake import IntakeGate
 from replay.wire import experience_pb2 as pb
 from replay.wire import experience_pb2_grpc as pb_grpc
 from replay.wire.batches import ExternalReceipt, shard_of
+from services.bench.certs import make_pki
+from services.checkpoints.store import latest_valid
 from services.config import load_config
 from services.driver.controller import Controller
 from services.grpc.client import RelayClient
 from services.grpc.server import serve_run
+from tests import diskfaults
 from tests.conftest import PYTHON, ROOT, cli_env
 from tests.grpc_probe import transitions
 from tests.test_grpc_run import consistent_cut
 
-TOKEN = "direct-token"
+TOKEN, ACTOR_TOKEN = "direct-token", "direct-actor-token"
 
 
 def until(condition, timeout: float = 120.0, what: str = "condition"):
@@ -45,12 +52,18 @@ def until(condition, timeout: float = 120.0, what: str = "condition"):
 
 @pytest.fixture(scope="module")
 def run(ray_cluster, tmp_path_factory):
+    pki = make_pki(tmp_path_factory.mktemp("pki"))
+    checkpoints = tmp_path_factory.mktemp("direct") / "checkpoints"
+    mounted = diskfaults.tmpfs(checkpoints)
     config = load_config(
         overrides=[
             "run.name=grpc-direct",
             "collector.num_collectors=0",
             "grpc.port=0",
             f"grpc.token={TOKEN}",
+            f"grpc.actor_token={ACTOR_TOKEN}",
+            f"grpc.tls.cert_file={pki['server_cert']}",
+            f"grpc.tls.key_file={pki['server_key']}",
             "grpc.direct_writes=true",
             "grpc.max_message_mb=0.25",
             "controller.total_frames=100000000",
@@ -61,18 +74,18 @@ def run(ray_cluster, tmp_path_factory):
             "replay.capacity=100000",
             "replay.health_interval_s=0.2",
             "metrics.enabled=false",
-            f"checkpoint.dir={tmp_path_factory.mktemp('direct')}",
+            f"checkpoint.dir={checkpoints}",
             "checkpoint.keep=10",
         ]
     )
     controller = Controller(config)
     server = serve_run(config, controller)
     controller.setup()
-    state: dict = {"controller": controller, "server": server}
+    state: dict = {"controller": controller, "server": server, "ca": pki["ca"], "tmpfs": mounted}
     # As services.train does: train until stopped (the last checkpoint), then shut down.
     trainer = threading.Thread(target=lambda: state.update(summary=controller.run()), daemon=True)
     trainer.start()
-    client = RelayClient(server.address, token=TOKEN, writer_id="direct-test")
+    client = RelayClient(server.address, token=TOKEN, writer_id="direct-test", ca_file=pki["ca"])
     state.update(client=client, trainer=trainer)
     try:
         client.wait_health("SERVING", timeout=120)
@@ -83,6 +96,8 @@ def run(ray_cluster, tmp_path_factory):
             trainer.join(timeout=120)
         client.close()
         server.stop()
+        if mounted:
+            diskfaults.unmount(checkpoints)
 
 
 def sizes(client: RelayClient) -> list[int]:
@@ -132,9 +147,10 @@ def test_a_shard_refuses_bad_input_and_keeps_serving(run):
     before, frames = sizes(client), client.status().frames
     seq = 1000  # shard_of(..., 1000) names the owner; the other shard must refuse it
     owner = shard_of("external/direct-test", seq, 2)
-    channel = grpc.insecure_channel(addresses[1 - owner])
+    credentials = grpc.ssl_channel_credentials(Path(run["ca"]).read_bytes())
+    channel = grpc.secure_channel(addresses[1 - owner], credentials)
     stub = pb_grpc.ExperienceStub(channel)
-    metadata = (("authorization", f"Bearer {TOKEN}"),)
+    metadata = client.metadata  # its credential and lease: the writer id stays the client's
     good = client.batch(transitions(64), seq=seq)
     nan = transitions(64)
     nan["reward"][5] = float("nan")
@@ -142,7 +158,7 @@ def test_a_shard_refuses_bad_input_and_keeps_serving(run):
         "wrong_shard": refused(lambda: stub.Insert(iter([good]), metadata=metadata, timeout=30)),
         "no_token": refused(lambda: stub.Insert(iter([good]), timeout=30)),
     }
-    owner_channel = grpc.insecure_channel(addresses[owner])
+    owner_channel = grpc.secure_channel(addresses[owner], credentials)
     owner_stub = pb_grpc.ExperienceStub(owner_channel)
     cases["nan_reward"] = refused(
         lambda: owner_stub.Insert(iter([client.batch(nan, seq=seq)]), metadata=metadata, timeout=30)
@@ -165,11 +181,12 @@ def test_a_shard_refuses_bad_input_and_keeps_serving(run):
     owner_channel.close()
 
 
-def actor_process(address: str, frames: int) -> subprocess.Popen:
-    """The example actor, inserting straight into the shards, in another process."""
+def actor_process(run: dict, frames: int) -> subprocess.Popen:
+    """The example actor (actor credential, TLS) inserting straight into the shards."""
     return subprocess.Popen(
-        [PYTHON, "-m", "services.external_actor", "--address", address, "--token", TOKEN,
-         "--frames", str(frames), "--batch-frames", "128", "--direct", "--weights-every", "2"],
+        [PYTHON, "-m", "services.external_actor", "--address", run["server"].address,
+         "--token", ACTOR_TOKEN, "--ca-file", run["ca"], "--frames", str(frames),
+         "--batch-frames", "128", "--direct", "--weights-every", "2"],
         cwd=ROOT, env=cli_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
 
@@ -184,7 +201,7 @@ def first_insert(actor: subprocess.Popen) -> None:
 
 def test_checkpoints_cut_while_an_actor_streams_directly_are_consistent(run):
     client = run["client"]
-    actor = actor_process(run["server"].address, 10_000_000)
+    actor = actor_process(run, 10_000_000)
     try:
         first_insert(actor)  # the cuts come while the actor keeps inserting
         first = client.checkpoint()
@@ -218,16 +235,39 @@ def test_a_restarted_shard_serves_direct_writes_again(run):
     assert {r.shard_id for r in reply.receipts} == {0, 1}
     until(lambda: client.status().frames >= frames + 800, what="the count")
     assert client.route().epoch == 1
-    actor = actor_process(run["server"].address, 1000)  # a new actor gets the new route
+    actor = actor_process(run, 1000)  # a new actor gets the new route
     out, err = actor.communicate(timeout=180)
     assert actor.returncode == 0, err[-3000:]
     summary = json.loads(out.splitlines()[-1])
     assert summary["stopped_by"] == "frames" and summary["frames"] >= 1000
 
 
+def test_a_periodic_checkpoint_on_a_full_disk_leaves_the_run_alive(run):
+    controller, client = run["controller"], run["client"]
+    root = controller.checkpoints.root
+    good = Path(client.checkpoint())
+    failures = controller.counters.checkpoint_failures
+    refusal = diskfaults.full(root) if run["tmpfs"] else diskfaults.refusing(root)
+    with refusal as why:
+        controller.cadence.next_frames = controller.counters.collected_frames  # due now
+        until(lambda: controller.counters.checkpoint_failures > failures, 60, "the failure")
+        code, details = refused(client.checkpoint)  # one asked for fails the same way
+        assert code == "INTERNAL" and str(root) in details, (why, details)
+        assert client.status().state == "running"
+        assert not list(root.glob(".staging-*"))  # the failed cuts left nothing behind
+        path, manifest = latest_valid(root)
+        assert path == good  # the newest valid checkpoint stays, loadable
+        seq = run["next_seq"] + 100
+        reply = client.insert_direct([client.batch(transitions(32), seq=seq)])
+        assert reply.frames_counted == 32  # the run goes on taking experience
+    assert controller.counters.checkpoint_failures == failures + 2
+    frames = consistent_cut(client.checkpoint())  # the disk has room again
+    assert frames > manifest["counters"]["collected_frames"]
+
+
 def test_stop_leaves_a_consistent_final_checkpoint(run):
     client = run["client"]
-    actor = actor_process(run["server"].address, 10_000_000)
+    actor = actor_process(run, 10_000_000)
     try:
         first_insert(actor)
         final = client.stop(wait=True)  # while the actor inserts

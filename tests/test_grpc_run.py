@@ -2,21 +2,25 @@
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
 import re
 import subprocess
 import threading
+import time
 import urllib.request
 
 import grpc
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from replay.wire.transport import insert_streams
 from services.grpc.client import RelayClient
+from tests import diskfaults
 from tests.conftest import PYTHON, ROOT, cli_env
 from tests.grpc_probe import transitions
 
-TOKEN = "test-token"
+TOKEN, ACTOR_TOKEN = "test-token", "test-actor-token"
 ADDRESS = re.compile(r"gRPC server at (127\.0\.0\.1:\d+)")
 METRICS = re.compile(r"Prometheus metrics (?:of run \S+ )?at http://127\.0\.0\.1:(\d+)/metrics")
 RUN_ARGS = (
@@ -26,6 +30,8 @@ RUN_ARGS = (
     "grpc.port=0",
     "--set",
     f"grpc.token={TOKEN}",
+    "--set",
+    f"grpc.actor_token={ACTOR_TOKEN}",
     "--set",
     "grpc.max_message_mb=0.25",
     "--set",
@@ -57,6 +63,7 @@ class Run:
     """A ``python -m services.train`` subprocess whose gRPC address is read from its log."""
 
     def __init__(self, run_dir, *extra: str) -> None:
+        self.run_dir = run_dir
         self.stdout = open(run_dir.parent / f"{run_dir.name}.stdout", "w+")  # noqa: SIM115
         self.process = subprocess.Popen(
             [PYTHON, "-m", "services.train", *RUN_ARGS, "--set", f"run.dir={run_dir}", *extra],
@@ -126,8 +133,8 @@ def served(tmp_path_factory):
 def test_external_actor_feeds_a_run_without_collectors(served):
     run = served["run"]
     result = subprocess.run(
-        [PYTHON, "-m", "services.external_actor", "--address", run.address, "--token", TOKEN,
-         "--frames", "2000", "--batch-frames", "256"],
+        [PYTHON, "-m", "services.external_actor", "--address", run.address,
+         "--token", ACTOR_TOKEN, "--frames", "2000", "--batch-frames", "256"],
         cwd=ROOT, env=cli_env(), capture_output=True, text=True, timeout=180,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
@@ -179,6 +186,18 @@ def test_bad_inputs_are_refused_and_nothing_is_stored(served):
         assert code == "INVALID_ARGUMENT", (case, code, details)
         assert named in details and "key '" in details, (case, details)
     assert "complex64" in cases["unknown_dtype"][1]
+    hostile = {
+        "nan_return": ("INVALID_ARGUMENT", "episode_returns:"),
+        "zero_length": ("INVALID_ARGUMENT", "episode_lengths:"),
+        "packed_shape": ("INVALID_ARGUMENT", "Tensor.shape: more than"),
+        "huge_writer_id": ("INVALID_ARGUMENT", "writer_id: longer than"),
+        "oversized": ("RESOURCE_EXHAUSTED", "larger than max"),
+        "impostor": ("PERMISSION_DENIED", "writer_id:"),
+        "seq_jump": ("INVALID_ARGUMENT", "seq:"),
+    }
+    for case, (code, named) in hostile.items():
+        assert cases[case][0] == code and named in cases[case][1], (case, cases[case])
+        assert len(cases[case][1]) < 400, case  # echoed strings are cut short
     for case in ("no_token", "wrong_token", "no_token_status", "wrong_token_status"):
         assert cases[case][0] == "UNAUTHENTICATED", (case, cases[case])
     assert cases["no_token_health"][0] == "SERVING"
@@ -186,6 +205,9 @@ def test_bad_inputs_are_refused_and_nothing_is_stored(served):
     assert out["frames_between"] == out["frames_before"]
     assert out["good_counted"] == 64
     assert out["replay_after_good"] == out["replay_before"] + 64
+    assert out["retry_duplicate"] == [True]  # the honest retry is still a duplicate
+    assert out["replay_end"] == out["replay_after_good"]  # the impostor stored nothing
+    assert out["frames_end"] == out["frames_between"] + 64
 
 
 def consistent_cut(path: str) -> int:
@@ -198,12 +220,56 @@ def consistent_cut(path: str) -> int:
     return counters["collected_frames"]
 
 
+def test_control_is_answered_while_the_insert_capacity_is_taken(served):
+    run = served["run"]
+    release = threading.Event()
+    streams = insert_streams(16)  # grpc.max_workers: 16
+    with RelayClient(run.address, token=ACTOR_TOKEN) as holder:
+
+        def idle():
+            release.wait(60)
+            yield from ()
+
+        held = [
+            holder.experience.Insert.future(idle(), metadata=holder.metadata, timeout=90)
+            for _ in range(streams)
+        ]
+        try:
+            with RelayClient(run.address, token=ACTOR_TOKEN) as other:
+                exhausted = None
+                for _ in range(100):  # until every held stream has its slot
+                    try:
+                        other.insert([transitions(4)])
+                    except grpc.RpcError as err:
+                        exhausted = err
+                        break
+                assert exhausted is not None
+                assert exhausted.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+                started = time.perf_counter()
+                assert run.client.status().state == "running"  # Control still answered
+                assert run.client.health() == "SERVING"
+                assert time.perf_counter() - started < 5.0
+        finally:
+            release.set()
+        for future in held:  # each stream ends with no batch: an empty, good reply
+            assert future.result(timeout=60).frames_counted == 0
+
+
+def test_checkpoint_requests_that_arrive_together_share_a_cut(served):
+    client = served["run"].client
+    with concurrent.futures.ThreadPoolExecutor(8) as pool:
+        paths = list(pool.map(lambda _: client.checkpoint(), range(8)))
+    assert 1 <= len(set(paths)) <= 2  # one cut, and one for requests that came meanwhile
+    for path in set(paths):
+        consistent_cut(path)
+
+
 def test_checkpoint_and_stop_while_an_actor_inserts(served):
     run = served["run"]
     client = run.client
     actor = subprocess.Popen(
-        [PYTHON, "-m", "services.external_actor", "--address", run.address, "--token", TOKEN,
-         "--frames", "10000000", "--batch-frames", "128"],
+        [PYTHON, "-m", "services.external_actor", "--address", run.address,
+         "--token", ACTOR_TOKEN, "--frames", "10000000", "--batch-frames", "128"],
         cwd=ROOT, env=cli_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     try:
@@ -231,9 +297,16 @@ def test_checkpoint_and_stop_while_an_actor_inserts(served):
     assert summary["checkpoint"] and summary["checkpoint"] != path
     assert consistent_cut(summary["checkpoint"]) == summary["frames"] >= served["frames"]
     assert summary["optim_steps"] > 0 and summary["model_version"] == summary["optim_steps"]
+    # The literal secrets reached no file of the run directory (config, metrics, summary,
+    # checkpoints) and no line of its log.
+    files = [p for p in run.run_dir.rglob("*") if p.is_file()]
+    assert any(p.name == "config.yaml" for p in files) and any(p.suffix == ".pt" for p in files)
+    for secret in (TOKEN, ACTOR_TOKEN):
+        assert not [p for p in files if secret.encode() in p.read_bytes()], secret
+        assert not [line for line in run.log if secret in line], secret
 
 
-def test_resume_accepts_the_grpc_checkpoint(served, tmp_path):
+def test_resume_accepts_the_grpc_checkpoint_and_a_failed_final_one_exits_1(served, tmp_path):
     assert "checkpoint" in served, "needs the checkpoint of the previous test"
     run = Run(tmp_path / "resumed", "--resume", served["checkpoint"])
     try:
@@ -241,10 +314,14 @@ def test_resume_accepts_the_grpc_checkpoint(served, tmp_path):
         status = run.client.status()
         assert status.frames == served["frames"]
         assert sum(s.size for s in status.replay) == served["frames"]
-        final = run.client.stop(wait=True)
-        assert final and (ROOT / final / "manifest.json").is_file()
-        code, summary = run.finish()
-        assert code == 0 and summary["checkpoint"] == final
         assert any("resumed from" in line for line in run.log)
+        rotation = run.run_dir / "checkpoints"
+        with diskfaults.refusing(rotation):  # the final checkpoint cannot be written
+            run.client.stop(wait=False)
+            code, summary = run.finish()
+        assert code == 1 and summary == {}
+        message = next(line for line in run.log if line.startswith("relayrl: checkpoint under"))
+        assert str(rotation) in message and "not written" in message
+        assert not list(rotation.iterdir())  # no staging directory left
     finally:
         run.close()

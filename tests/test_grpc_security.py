@@ -18,6 +18,8 @@ import grpc
 import numpy as np
 import pytest
 
+import replay.checkpoint
+import replay.table
 from replay.intake import start_intake_server
 from replay.table import ReplayTable
 from replay.wire.leases import Refused, WriterLeases
@@ -451,3 +453,30 @@ def test_control_status_reports_the_config_without_secrets():
         assert OPERATOR not in status.config_json and "<redacted>" in status.config_json
     finally:
         server.stop()
+
+
+def test_callers_that_cannot_be_told_apart_start_their_writers_at_minus_one(shard):
+    """Without a lease id or certificate, a huge first seq would turn later batches into retries."""
+    anchored = transitions(8)
+    with RelayClient(shard["address"], token=ACTOR, writer_id="shared") as client:
+        message = client.batch(anchored, seq=10**12).SerializeToString()
+        code, details, _ = raw_insert(shard["address"], message)  # the credential alone
+        assert code == "INVALID_ARGUMENT" and details.startswith("seq:"), details
+        code, _, reply = insert(client, client.batch(anchored, seq=5000))  # a lease id
+        assert code == "OK" and reply.frames_counted == 8  # fails over at its own seq
+    assert len(shard["table"]) == 8
+
+
+def test_dedup_state_is_bounded_in_tables_and_their_checkpoints(monkeypatch, tmp_path):
+    monkeypatch.setattr(replay.table, "MAX_WRITERS", 3)
+    monkeypatch.setattr(replay.checkpoint, "MAX_WRITERS", 3)
+    table = ReplayTable(100, seed=0)
+    batch = {"x": np.zeros((2, 1), np.float32)}
+    for writer in ("a", "b", "c", "d"):
+        table.write(batch, writer, 0)
+    table.write(batch, "b", 1)  # b is the most recent now; a went first
+    assert list(table._last) == ["c", "d", "b"]
+    assert table.write(batch, "c", 0).duplicate  # kept writers still recognize retries
+    replay.checkpoint.dump_table(table, tmp_path / "t")
+    restored = replay.checkpoint.load_table(tmp_path / "t")
+    assert list(restored._last) == ["c", "d", "b"]  # the same writers, in the same order

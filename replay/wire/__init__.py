@@ -1,1 +1,13 @@
-"""The experience wire contract: the proto, the zero-copy reader, batch specs and codecs."""
+"""The experience wire contract, spoken by the driver's gRPC server and every replay shard.
+
+Modules:
+    * ``experience.proto`` (and its generated modules): ``relayrl.v1.Experience``.
+    * ``reader``: the zero-copy ``InsertRequest`` reader, its work bounded by limits.
+    * ``batches``: the run's transition spec and every batch's checks (spec, fields that carry
+      meaning, writer ids); ``codecs``: arrays and weights to and from named tensors.
+    * ``service``: what both servers answer alike (handlers, admission, refusal statuses,
+      receipts); ``auth``: scoped credentials and the caller's identity; ``leases``: writer
+      ids owned by their caller, ``seq`` windows, rate limits; ``transport``: TLS, server
+      limits, keepalive, capped and watched Insert streams.
+    * ``heap``: freed megabyte buffers kept for reuse.
+"""

@@ -14,11 +14,13 @@ configured (loopback only, see ``services.config.grpc``) installs no interceptor
 :func:`caller_identity` names the caller for writer leases (:mod:`replay.wire.leases`): a hash of
 its credential, its TLS client certificate (mutual TLS) and the lease id a client may send as
 ``x-relayrl-lease`` metadata (:class:`services.grpc.client.RelayClient` sends a random one per
-client), so actors that share a credential still own their writer ids apart.
+client), so actors that share a credential still own their writer ids apart. A caller with a
+lease id or a client certificate is *distinct*: no other caller can pass for it.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import hmac
 
@@ -96,16 +98,29 @@ def _refusal(handler, code: grpc.StatusCode, message: str):
     )
 
 
-def caller_identity(context) -> str:
-    """A short hash naming the caller of an RPC: credential, client certificate, lease id.
+@dataclasses.dataclass(frozen=True)
+class Caller:
+    """Who made an RPC, as writer leases see it.
 
-    The secret itself is never kept: only this hash, which owns writer ids
-    (:class:`replay.wire.leases.WriterLeases`).
+    Attributes:
+        owner: A short hash of the credential, client certificate and lease id (the secret
+            itself is never kept).
+        distinct: Whether the call carried a lease id or a client certificate (callers that
+            share a credential and send neither cannot be told apart).
     """
+
+    owner: str
+    distinct: bool
+
+
+def caller_identity(context) -> Caller:
+    """The :class:`Caller` of an RPC (its ``owner`` owns writer ids, see ``replay.wire.leases``)."""
     metadata = dict(context.invocation_metadata() or ())
+    lease = str(metadata.get(LEASE_METADATA, ""))
+    certificates = context.auth_context().get("x509_pem_cert", ())
     digest = hashlib.sha256()
-    for part in (metadata.get("authorization", ""), metadata.get(LEASE_METADATA, "")):
-        digest.update(str(part).encode() + b"\0")
-    for certificate in context.auth_context().get("x509_pem_cert", ()):
+    for part in (str(metadata.get("authorization", "")), lease):
+        digest.update(part.encode() + b"\0")
+    for certificate in certificates:
         digest.update(certificate + b"\0")
-    return digest.hexdigest()[:16]
+    return Caller(digest.hexdigest()[:16], bool(lease or certificates))

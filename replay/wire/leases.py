@@ -11,8 +11,13 @@ batch dropped. So both servers keep a :class:`WriterLeases` book in front of the
   caller using it is refused with PERMISSION_DENIED naming ``writer_id``, until the owner has
   been idle for ``lease_s`` seconds and its lease expires;
 - **window**: a ``seq`` more than ``window`` ahead of the highest this server accepted from the
-  writer (a new writer: -1) is refused with INVALID_ARGUMENT naming ``seq``; lower ones pass on
-  to the table, so retries of stored batches are still acknowledged as duplicates;
+  writer is refused with INVALID_ARGUMENT naming ``seq``; lower ones pass on to the table, so
+  retries of stored batches are still acknowledged as duplicates. A writer new to this server
+  starts where its first batch says when its caller is distinct (a lease id or a client
+  certificate: an actor that fails over from a shard to the driver, or a run resumed from a
+  checkpoint, goes on at its own ``seq``); callers that cannot be told apart (a shared
+  credential, nothing else) are *anchored*: their writers start at -1, so a caller posing as
+  another cannot make its later batches look like retries;
 - **rate** (optional): at most ``frames_per_s`` frames per second per writer, with a burst of one
   second's worth (RESOURCE_EXHAUSTED beyond: retry later);
 - **bounded**: at most ``max_writers`` leases; expired ones are dropped first (oldest first),
@@ -22,7 +27,7 @@ Pure (no gRPC objects): refusals are :class:`Refused` errors carrying a status c
 
 Examples:
     >>> leases = WriterLeases(window=4)
-    >>> leases.admit("robot-1", 0, owner="a", frames=10)
+    >>> leases.admit("robot-1", 0, owner="a", frames=10, anchored=True)
     >>> leases.admit("robot-1", 9, owner="a", frames=10)
     Traceback (most recent call last):
     ...
@@ -93,8 +98,13 @@ class WriterLeases:
     def __len__(self) -> int:
         return len(self._leases)
 
-    def admit(self, writer: str, seq: int, *, owner: str, frames: int) -> None:
+    def admit(
+        self, writer: str, seq: int, *, owner: str, frames: int, anchored: bool = False
+    ) -> None:
         """Lets batch ``seq`` of ``writer`` (``frames`` transitions) through, or refuses it.
+
+        ``anchored``: a writer new to this server starts at -1 (its caller is not distinct),
+        else at ``seq``.
 
         Raises:
             Refused: PERMISSION_DENIED (another caller's writer id), INVALID_ARGUMENT (``seq``
@@ -111,7 +121,8 @@ class WriterLeases:
                         f"writer_id: {self.max_writers} writers hold leases on this server; "
                         f"retry once one has been idle for {self.lease_s:.0f} s",
                     )
-                lease = _Lease(owner, -1, now, self.frames_per_s or 0.0, now)
+                start = -1 if anchored else seq - 1
+                lease = _Lease(owner, start, now, self.frames_per_s or 0.0, now)
             elif lease.owner != owner:
                 raise Refused(
                     "PERMISSION_DENIED",

@@ -19,6 +19,7 @@ import grpc
 import numpy as np
 
 from replay.wire import experience_pb2 as pb
+from replay.wire.auth import Caller
 from replay.wire.batches import BatchError, ExternalReceipt, TransitionSpec, check_insert
 from replay.wire.leases import Refused, WriterLeases
 from replay.wire.reader import parse_insert
@@ -61,8 +62,8 @@ class Admission:
         self.clip_actions = clip_actions
         self.max_version = max_version
 
-    def check(self, request, owner: str) -> tuple[str, dict[str, np.ndarray]]:
-        """The replay writer id and arrays of ``request`` sent by ``owner``.
+    def check(self, request, caller: Caller) -> tuple[str, dict[str, np.ndarray]]:
+        """The replay writer id and arrays of ``request`` sent by ``caller``.
 
         Raises:
             BatchError: A batch the spec or a field check refuses (nothing is stored).
@@ -80,7 +81,9 @@ class Admission:
             clip_actions=self.clip_actions,
         )
         frames = len(next(iter(arrays.values())))
-        self.leases.admit(writer, request.seq, owner=owner, frames=frames)
+        self.leases.admit(
+            writer, request.seq, owner=caller.owner, frames=frames, anchored=not caller.distinct
+        )
         return writer, arrays
 
 

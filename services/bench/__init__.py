@@ -11,4 +11,7 @@ Subcommands (each prints progress to stderr and one JSON object as its last line
     * ``soak``: faults injected on a schedule (:mod:`services.bench.soak`).
     * ``checkpoint``: cut and restore times of a run holding 1 M transitions
       (:mod:`services.bench.checkpoint`).
+    * ``hostile``: a run with TLS and scoped credentials under hostile clients: refusal times,
+      ``GetStatus`` latency, the driver's memory, coalesced checkpoints, honest frames kept
+      (:mod:`services.bench.hostile`; its throwaway certificates: :mod:`services.bench.certs`).
 """

@@ -164,7 +164,7 @@ class ExperienceServicer(pb_grpc.ExperienceServicer):
     def Insert(self, request_iterator, context):
         """Checks, stores and (through the driver) counts each batch; answers with receipts."""
         stream = None
-        owner = caller_identity(context)
+        caller = caller_identity(context)
         try:
             stream = InsertStream(
                 self.route(),
@@ -173,7 +173,7 @@ class ExperienceServicer(pb_grpc.ExperienceServicer):
                 timeout=remaining_seconds(context),
             )
             for request in request_iterator:
-                writer, arrays = self.admission.check(request, owner)
+                writer, arrays = self.admission.check(request, caller)
                 stream.add(
                     Pending(
                         arrays,
