@@ -54,10 +54,9 @@ from replay.wire.leases import SEQ_WINDOW, WriterLeases
 from replay.wire.service import (
     Admission,
     IntakeClosed,
+    abort_refused,
     experience_handler,
     receipt_message,
-    refusal_message,
-    refusal_status,
     remaining_seconds,
 )
 from replay.wire.transport import WILDCARDS, StreamSlots, bind, insert_streams, make_server
@@ -200,10 +199,7 @@ class ShardInsertServicer:
         except grpc.RpcError:  # cancelled (the client left, or idle); what was stored stays
             return None
         except Exception as err:
-            code = refusal_status(err)
-            if code is None:
-                raise
-            context.abort(code, refusal_message(err))
+            abort_refused(context, err)
         return pb.InsertReply(
             receipts=[receipt_message(r) for r in receipts],
             frames_counted=sum(r.frames for r in receipts),

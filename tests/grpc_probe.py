@@ -16,22 +16,8 @@ import grpc
 import numpy as np
 
 from collector.networks.q_mlp import ModelSpec
+from services.bench.hostile import length_field, transitions
 from services.grpc.client import RelayClient
-
-
-def transitions(n: int, seed: int = 0) -> dict[str, np.ndarray]:
-    rng = np.random.default_rng(seed)
-    obs = rng.normal(size=(n, 4)).astype(np.float32)
-    return {
-        "observation": obs,
-        "action": rng.integers(0, 2, size=n),
-        "reward": np.ones(n, np.float32),
-        "next_observation": obs + 0.01,
-        "terminated": np.zeros(n, bool),
-        "truncated": np.zeros(n, bool),
-        "n_step_discount": np.full(n, 0.99**3, np.float32),
-        "policy_version": np.zeros(n, np.int64),
-    }
 
 
 def replay_size(client: RelayClient) -> int:
@@ -77,15 +63,6 @@ def weights(client: RelayClient) -> dict:
         "keys": sorted(fetched.state_dict),
         "not_newer_again": again is None,
     }
-
-
-def length_field(number: int, payload: bytes) -> bytes:
-    """A length-delimited protobuf field, written by hand (what no generated class sends)."""
-    out, value = bytearray([number << 3 | 2]), len(payload)
-    while value >= 0x80:
-        out.append(value & 0x7F | 0x80)
-        value >>= 7
-    return bytes(out) + bytes([value]) + payload
 
 
 def refused(call) -> list:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import concurrent.futures
 from collections.abc import Callable
+from typing import NoReturn
 
 import grpc
 import numpy as np
@@ -110,6 +111,15 @@ def refusal_status(err: Exception) -> grpc.StatusCode | None:
     if isinstance(err, TimeoutError | concurrent.futures.TimeoutError):
         return grpc.StatusCode.DEADLINE_EXCEEDED
     return None
+
+
+def abort_refused(context, err: Exception) -> NoReturn:
+    """Answers an Insert with the status of its refusal ``err`` (re-raises any other error)."""
+    code = refusal_status(err)
+    if code is None:
+        raise err
+    context.abort(code, refusal_message(err))
+    raise AssertionError("context.abort returns by raising")  # pragma: no cover
 
 
 def refusal_message(err: Exception) -> str:

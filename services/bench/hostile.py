@@ -41,7 +41,6 @@ import grpc
 import numpy as np
 
 from services.bench.certs import make_pki
-from services.bench.soak import rss_kib
 from services.grpc import control_pb2 as control_pb
 from services.grpc.client import RelayClient
 
@@ -71,7 +70,7 @@ def transitions(n: int, seed: int = 0) -> dict[str, np.ndarray]:
         "next_observation": observation + 0.01,
         "terminated": np.zeros(n, bool),
         "truncated": np.zeros(n, bool),
-        "n_step_discount": np.full(n, 0.97, np.float32),
+        "n_step_discount": np.full(n, 0.99**3, np.float32),
         "policy_version": np.zeros(n, np.int64),
     }
 
@@ -108,6 +107,8 @@ class Poller(threading.Thread):
 
     def run(self) -> None:
         """Polls every 20 ms until ``done``."""
+        from services.bench.soak import rss_kib  # imports Ray: not for tests/grpc_probe.py
+
         while not self.done.wait(0.02):
             started = time.perf_counter()
             try:
@@ -186,14 +187,11 @@ def refusals(address: str, ca: str, actor: str, args) -> dict[str, list]:
         raw = owner.channel.stream_unary("/relayrl.v1.Experience/Insert", request_serializer=bytes)
         owner.insert([transitions(8, 1)])  # "owner" is now this client's writer id
         good = transitions(8, 2)
+        packed = length_field(3, length_field(3, b"\x01" * (args.packed_mb << 20)))
+        long_id = length_field(1, b"w" * (1 << 20))  # both built before the clock starts
         messages = {
-            "packed_field": lambda: raw(
-                iter([length_field(3, length_field(3, b"\x01" * (args.packed_mb << 20)))]),
-                metadata=owner.metadata,
-            ),
-            "oversized_writer_id": lambda: raw(
-                iter([length_field(1, b"w" * (1 << 20))]), metadata=owner.metadata
-            ),
+            "packed_field": lambda: raw(iter([packed]), metadata=owner.metadata),
+            "oversized_writer_id": lambda: raw(iter([long_id]), metadata=owner.metadata),
             "impostor_writer_id": lambda: impostor.insert([impostor.batch(good, seq=1)]),
             "seq_jump": lambda: owner.insert([owner.batch(good, seq=10**15)]),
             "nan_return": lambda: owner.insert(

@@ -22,9 +22,8 @@ from replay.wire.codecs import encode_state_dict
 from replay.wire.service import (
     Admission,
     IntakeClosed,
+    abort_refused,
     receipt_message,
-    refusal_message,
-    refusal_status,
     remaining_seconds,
 )
 from services.driver.inbox import Inbox
@@ -195,10 +194,7 @@ class ExperienceServicer(pb_grpc.ExperienceServicer):
         except grpc.RpcError:  # the client went away; what it sent is still stored and counted
             return None
         except Exception as err:
-            code = refusal_status(err)
-            if code is None:
-                raise
-            context.abort(code, refusal_message(err))
+            abort_refused(context, err)
         finally:
             if stream is not None:
                 stream.close()
