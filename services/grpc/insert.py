@@ -191,7 +191,10 @@ class InsertStream:
         Raises:
             IntakeClosed, TimeoutError, ray.exceptions.RayError: As the sender or a shard met.
         """
-        self._queue.put(None, timeout=self.timeout)
+        try:
+            self._queue.put(None, timeout=self.timeout)
+        except queue.Full:
+            raise TimeoutError("the stream's writes stayed held") from None
         self._thread.join(self.timeout)
         if self.error is not None:
             raise self.error
