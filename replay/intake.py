@@ -78,7 +78,7 @@ class IntakeGate:
         self.held = False
         self.active = 0
         self.total_frames = 0
-        self.published_version = -1
+        self.published_version = 0  # every run starts from its version 0 weights
         self.version_wait_s = VERSION_WAIT_S
         self._receipts: list[ExternalReceipt] = []
 
@@ -265,7 +265,7 @@ def start_intake_server(
         frames_per_s=rate / num_shards if rate else None,
     )
     gate = IntakeGate()
-    gate.published_version = options.get("published_version", -1)
+    gate.published_version = options.get("published_version", 0)
     admission = Admission(
         options["spec"],
         leases,

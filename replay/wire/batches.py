@@ -280,7 +280,8 @@ def check_meaning(
 
     ``n_step_discount`` must lie in [0, 1]; Box actions inside the action space (with
     ``clip_actions``: clipped into it, a copy); ``policy_version`` in [-1, ``max_version``]
-    (-1: acted before any weights; ``max_version``: the newest published, None: unchecked).
+    (-1: acted before any weights; ``max_version``: the newest published, at least 0; None:
+    unchecked).
 
     Returns:
         ``arrays``, with ``action`` replaced by its clipped copy when clipping changed it.

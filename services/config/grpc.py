@@ -16,8 +16,10 @@ import dataclasses
 import ipaddress
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from replay.wire.transport import ServerTls
+if TYPE_CHECKING:
+    from replay.wire.transport import ServerTls
 
 LOOPBACK_NAMES = ("localhost",)
 REDACTED = "<redacted>"
@@ -121,6 +123,8 @@ class TlsConfig:
 
     def server_tls(self) -> ServerTls | None:
         """The PEM material (None without TLS)."""
+        from replay.wire.transport import ServerTls  # grpc: imported when a server starts
+
         if not self.enabled:
             return None
         ca = self.client_ca_file

@@ -55,7 +55,9 @@ class Inbox:
         self.state = "starting"
         self.status: dict = {"state": self.state}
         self.weights = None  # the newest PublishedWeights the driver holds
-        self.published_version = -1  # the highest version published yet (batches may not exceed)
+        # The highest version published yet (batches may not name a higher one); every run
+        # starts from its version 0 weights.
+        self.published_version = 0
         self.shards: list = []
         self.on_state: Callable[[str], None] | None = None
         self._cond = threading.Condition()
