@@ -209,7 +209,7 @@ def export_case(policy, fmt, out_dir, name, batch=6) -> dict:
 
 def test_exported_files_run_without_relayrl_and_match_act(checkpoints, tmp_path):
     formats = {"dqn": ("onnx",), "ppo-gaussian": ("pt2",), "sac-user": ("onnx",)}
-    formats |= {"qmix": ("pt2",), "pong": ("pt2",)}  # pt2 of every family, ONNX of two
+    formats |= {"qmix": ("pt2",), "pong": ("pt2",)}  # every family through torch.export
     cases = [
         export_case(load_policy(checkpoints[name][0]), fmt, tmp_path, name)
         for name, fmts in formats.items()
