@@ -190,7 +190,13 @@ def run_episodes(
 
     Returns:
         Returns and lengths of the episodes, env by env in finishing order.
+
+    Continuous actions are clipped to a ``Box`` action space's bounds, as collectors do.
     """
+    from gymnasium.spaces import Box  # the envs are gymnasium's (or look like them)
+
+    space = getattr(envs, "single_action_space", None)
+    bounds = (space.low, space.high) if isinstance(space, Box) else None
     n = envs.num_envs
     quotas = episode_quotas(episodes, n)
     finished = [0] * n
@@ -203,6 +209,8 @@ def run_episodes(
     explore = {"deterministic": True} if explore is None else dict(explore)
     while any(done < quota for done, quota in zip(finished, quotas, strict=True)):
         actions, _ = policy.act(obs, explore)
+        if bounds is not None:
+            actions = np.clip(actions, *bounds)
         obs, rewards, terminated, truncated, _ = envs.step(actions)
         for i in range(n):
             if resetting[i]:
