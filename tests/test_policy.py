@@ -152,29 +152,41 @@ def test_a_corrupt_checkpoint_is_refused_naming_the_file(tmp_path):
         load_policy(tmp_path)
 
 
-# A clean interpreter: no relayrl on sys.path, no editable finder; then the exported files run.
-ISOLATED = r"""
+# Loads each exported file with torch or onnxruntime alone and compares it with the policy.
+CHECK = r"""
+import json
+import numpy as np, onnxruntime, torch
+
+
+def check(cases):
+    for case in cases:
+        data = np.load(case["npz"])
+        obs = data["observation"]
+        if case["format"] == "pt2":
+            out = torch.export.load(case["file"]).module()(torch.as_tensor(obs)).detach().numpy()
+        else:
+            session = onnxruntime.InferenceSession(case["file"], providers=["CPUExecutionProvider"])
+            out = session.run(None, {"observation": obs})[0]
+        assert np.allclose(out, data["expected"], rtol=1e-5, atol=1e-5), case
+        actions = out.argmax(-1) if case["discrete"] else out
+        assert np.allclose(actions, data["actions"], atol=1e-5), case
+    return len(cases)
+"""
+
+# A clean interpreter first: no relayrl on sys.path, no editable finder.
+ISOLATED = (
+    r"""
 import importlib.util, json, pathlib, sys
 sys.meta_path[:] = [f for f in sys.meta_path if "__editable__" not in getattr(f, "__module__", "")]
 sys.path[:] = [p for p in sys.path if not (pathlib.Path(p or ".") / "services" / "cli.py").exists()]
 for name in ("services", "collector", "learner", "replay"):
     assert importlib.util.find_spec(name) is None, name
-import numpy as np, onnxruntime, torch
-checked = 0
-for case in json.loads(sys.argv[1]):
-    data = np.load(case["npz"])
-    obs = data["observation"]
-    if case["format"] == "pt2":
-        out = torch.export.load(case["file"]).module()(torch.as_tensor(obs)).detach().numpy()
-    else:
-        session = onnxruntime.InferenceSession(case["file"], providers=["CPUExecutionProvider"])
-        out = session.run(None, {"observation": obs})[0]
-    assert np.allclose(out, data["expected"], rtol=1e-5, atol=1e-5), case
-    actions = out.argmax(-1) if case["discrete"] else out
-    assert np.allclose(actions, data["actions"], atol=1e-5), case
-    checked += 1
-print(json.dumps({"checked": checked, "relayrl_importable": False}))
 """
+    + CHECK
+    + r"""
+print(json.dumps({"checked": check(json.loads(sys.argv[1])), "relayrl_importable": False}))
+"""
+)
 
 
 def run_isolated(cases: list[dict], cwd) -> dict:
@@ -190,6 +202,13 @@ def run_isolated(cases: list[dict], cwd) -> dict:
     )
     assert result.returncode == 0, result.stderr[-3000:]
     return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def check_files(cases: list[dict]) -> int:
+    """The same check in this process (the clean interpreter's is :func:`run_isolated`)."""
+    namespace: dict = {}
+    exec(CHECK, namespace)
+    return namespace["check"](cases)
 
 
 def export_case(policy, fmt, out_dir, name, batch=6) -> dict:
@@ -208,8 +227,9 @@ def export_case(policy, fmt, out_dir, name, batch=6) -> dict:
 
 
 def test_exported_files_run_without_relayrl_and_match_act(checkpoints, tmp_path):
-    # every family but SAC (tests/test_user_networks_run.py exports it) through torch.export
+    # every family through torch.export, users' networks too
     formats = {"dqn": ("onnx",), "ppo-gaussian": ("pt2",), "qmix": ("pt2",), "pong": ("pt2",)}
+    formats |= {"sac-user": ("pt2",), "ppo-user": ("onnx",)}
     cases = [
         export_case(load_policy(checkpoints[name][0]), fmt, tmp_path, name)
         for name, fmts in formats.items()

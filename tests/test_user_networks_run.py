@@ -3,26 +3,30 @@
 For DQN (a residual MLP), PPO (a shared-torso actor-critic) and SAC (an actor with its own
 critic): half the budget, a checkpoint, a resume for the other half (a new learner
 generation), a greedy evaluation above random play; then ``load_policy`` replays that
-evaluation exactly, and the policy's pt2 and ONNX files run without relayrl and match ``act``.
+evaluation exactly, and the policy's pt2 and ONNX files match ``act`` (tests/test_policy.py runs
+such files in an interpreter without relayrl).
 """
 
 from __future__ import annotations
 
 import json
-import subprocess
 
 import pytest
 
+from services import export as export_command
 from services.config import load_config
 from services.driver.controller import Controller
 from services.evaluation.evaluator import EvaluationRunner
 from services.evaluation.playback import evaluate_policy
 from services.policy import load_policy
-from tests.conftest import PYTHON, ROOT, cli_env
-from tests.test_policy import export_case, run_isolated
+from tests.conftest import ROOT
+from tests.test_policy import check_files, export_case
 
 CONFIGS = ROOT / "deploy" / "configs"
 EXAMPLES = "tests.network_examples"
+
+# Fewer actor processes: each one imports torch as it starts.
+ONE_OF_EACH = ["collector.num_collectors=1", "replay.num_shards=1"]
 
 # (config, factory, frames, greedy return above random play, overrides)
 CASES = {
@@ -31,14 +35,14 @@ CASES = {
         "residual_q_network",
         8_000,
         60.0,  # random play: about 22
-        ["collector.epsilon_anneal_frames=4000", "learner.hidden_sizes=[64]"],
+        ["collector.epsilon_anneal_frames=4000", "learner.hidden_sizes=[64]", *ONE_OF_EACH],
     ),
     "ppo": (
         CONFIGS / "cartpole_ppo.yaml",
         "shared_torso_actor_critic",
         8_192,
         50.0,  # random play: about 22
-        ["controller.stop_return=null"],
+        ["controller.stop_return=null", "collector.num_collectors=1"],
     ),
     "sac": (
         CONFIGS / "pendulum_sac.yaml",
@@ -53,22 +57,23 @@ CASES = {
 def run(config, **kwargs) -> tuple[dict, dict]:
     """Runs a controller to its end; returns its summary and its final evaluation's record."""
     controller = Controller(config, **kwargs)
-    EvaluationRunner(config, controller).attach()  # as services.run.launch does
+    if config.evaluation.enabled:
+        EvaluationRunner(config, controller).attach()  # as services.run.launch does
     try:
         summary = controller.run()
     finally:
         controller.shutdown()
-    return summary, controller.evaluation.schedule.last
+    evaluation = controller.evaluation
+    return summary, evaluation.schedule.last if evaluation is not None else None
 
 
 @pytest.mark.parametrize("name", list(CASES))
-def test_a_user_network_trains_resumes_loads_and_exports(ray_cluster, tmp_path, name):
+def test_a_user_network_trains_resumes_loads_and_exports(ray_cluster, tmp_path, capsys, name):
     config_file, factory, frames, above_random, overrides = CASES[name]
     common = [
         f"learner.network={EXAMPLES}:{factory}",
         "metrics.enabled=false",
         "controller.log_interval_s=1",
-        "evaluation.interval_frames=1000000000",  # only the end-of-run evaluation
         "evaluation.episodes=4",
         *overrides,
     ]
@@ -80,7 +85,12 @@ def test_a_user_network_trains_resumes_loads_and_exports(ray_cluster, tmp_path, 
     assert list((tmp_path / "a").glob("ckpt-*"))  # the end-of-run checkpoint
     rest = load_config(
         config_file,
-        [*common, f"controller.total_frames={frames}", f"checkpoint.dir={tmp_path / 'b'}"],
+        [
+            *common,
+            f"controller.total_frames={frames}",
+            f"checkpoint.dir={tmp_path / 'b'}",
+            "evaluation.interval_frames=1000000000",  # only the end-of-run evaluation
+        ],
     )
     summary, evaluation = run(rest, resume_from=tmp_path / "a")
     assert summary["generation"] == first["generation"] + 1  # resumed: a new learner generation
@@ -95,21 +105,11 @@ def test_a_user_network_trains_resumes_loads_and_exports(ray_cluster, tmp_path, 
     assert replay["return_mean"] == evaluation["episode_return_mean"]  # the same episodes
     assert min(replay["returns"]) == evaluation["episode_return_min"]
 
-    cases = [export_case(policy, "pt2", tmp_path, name)]
-    if name == "dqn":  # the command, once: it writes, loads back and checks the file
-        out = tmp_path / "dqn.onnx"
-        command = [PYTHON, "-m", "services.export", str(tmp_path / "b"), "--format", "onnx"]
-        result = subprocess.run(
-            [*command, "--out", str(out)],
-            cwd=ROOT,
-            env=cli_env(),
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
-        assert result.returncode == 0, result.stderr[-3000:]
-        written = json.loads(result.stdout.strip().splitlines()[-1])
-        assert written["output"]["name"] == "q_values" and written["discrete"]
-    else:
-        cases.append(export_case(policy, "onnx", tmp_path, name))
-    assert run_isolated(cases, tmp_path)["checked"] == len(cases)
+    cases = [export_case(policy, fmt, tmp_path, name) for fmt in ("pt2", "onnx")]
+    assert check_files(cases) == 2  # torch.export.load and onnxruntime read them as they are
+    if name == "dqn":  # the command, once (tests/test_policy.py runs such files without relayrl)
+        out = tmp_path / "command.onnx"
+        args = [str(tmp_path / "b"), "--format", "onnx", "--out", str(out)]
+        assert export_command.main(args, prog="relayrl export") == 0
+        written = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+        assert written["out"] == str(out) and written["output"]["name"] == "q_values"
