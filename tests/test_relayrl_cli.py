@@ -89,7 +89,8 @@ def test_relayrl_train_works_from_a_fresh_install(tmp_path):
     assert where.stdout.startswith(str(venv)), where.stdout + where.stderr
     args = ["--set", "seed=1", "--set", "controller.total_frames=2000"]
     args += ["--set", "ray.dashboard=false", "--set", "metrics.enabled=false"]
-    args += ["--set", "collector.num_collectors=1", "--set", f"run.dir={work / 'run'}"]
+    args += ["--set", "collector.num_collectors=1", "--set", "replay.num_shards=1"]
+    args += ["--set", f"run.dir={work / 'run'}"]
     result = subprocess.run(
         [str(relayrl), "train", *args],
         cwd=work,

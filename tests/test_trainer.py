@@ -15,6 +15,7 @@ from tests.conftest import ROOT
 TINY = {
     "algorithm": "dqn",
     "collector": {"num_collectors": 1, "envs_per_collector": 4, "rollout_frames": 128},
+    "replay": {"num_shards": 1},
     "controller": {"total_frames": 1500, "init_random_frames": 500, "log_interval_s": 0.2},
     "metrics": {"enabled": False},
 }
