@@ -104,6 +104,7 @@ def make_atari(
     clip_rewards: bool = True,
     repeat_action_probability: float = 0.0,
     max_episode_steps: int | None = 108_000 // 4,
+    render_mode: str | None = None,
 ) -> gym.Env:
     """One Atari env with the DQN preprocessing (see the module docstring).
 
@@ -120,6 +121,7 @@ def make_atari(
         repeat_action_probability: Sticky-action probability of the emulator.
         max_episode_steps: Agent steps before truncation (27,000 agent steps: 30 minutes of
             play at 60 Hz); None: no limit.
+        render_mode: The emulator's render mode (``rgb_array`` for videos of the game).
 
     Returns:
         The env; observations are ``[frame_stack, screen_size, screen_size]`` uint8.
@@ -134,6 +136,7 @@ def make_atari(
         repeat_action_probability=repeat_action_probability,
         full_action_space=False,
         max_episode_steps=None if max_episode_steps is None else max_episode_steps * frame_skip,
+        render_mode=render_mode,
     )
     env = gym.wrappers.AtariPreprocessing(
         env, noop_max=noop_max, frame_skip=frame_skip, screen_size=screen_size

@@ -52,6 +52,7 @@ def make_vector_env(
     mode: str = "sync",
     env_kwargs: Mapping[str, Any] | None = None,
     autoreset: str = "next_step",
+    wrap: Callable[[gym.Env, int], gym.Env] | None = None,
 ) -> gym.vector.VectorEnv:
     """Builds a vector env in gymnasium's ``NEXT_STEP`` (or ``SAME_STEP``) autoreset mode.
 
@@ -68,6 +69,8 @@ def make_vector_env(
         autoreset: ``next_step`` (off-policy collectors: the step after an episode's end
             resets) or ``same_step`` (on-policy collectors: the ending step returns the next
             episode's first observation and the final one in ``info["final_obs"]``).
+        wrap: ``wrap(env, index)`` wraps each sub-env as it is made (e.g. gymnasium's
+            ``RecordVideo``); None: none.
 
     Returns:
         The vector env (not reset yet).
@@ -87,7 +90,7 @@ def make_vector_env(
     make = (
         resolve_factory(env_id) if is_factory_path(env_id) else functools.partial(gym.make, env_id)
     )
-    env_fns = [functools.partial(_guarded, make, kwargs, env_id, i) for i in range(num_envs)]
+    env_fns = [functools.partial(_guarded, make, kwargs, env_id, i, wrap) for i in range(num_envs)]
     vector_cls = gym.vector.SyncVectorEnv if mode == "sync" else gym.vector.AsyncVectorEnv
     return vector_cls(env_fns, autoreset_mode=autoreset, copy=False)
 
@@ -134,8 +137,11 @@ class GuardedEnv(gym.Wrapper):
             raise EnvError(self.env_id, self.index, f"{type(err).__name__}: {err}") from err
 
 
-def _guarded(make: Callable[..., gym.Env], kwargs: dict, env_id: str, index: int) -> gym.Env:
-    return GuardedEnv(make(**kwargs), env_id, index)
+def _guarded(
+    make: Callable[..., gym.Env], kwargs: dict, env_id: str, index: int, wrap=None
+) -> gym.Env:
+    env = make(**kwargs)
+    return GuardedEnv(env if wrap is None else wrap(env, index), env_id, index)
 
 
 def env_seeds(

@@ -46,6 +46,11 @@ class LearnerConfig:
         priority_key: Per-item entry of the loss output used as the new priority.
         hidden_sizes: Hidden layer widths of the policy network (Q-network, actor-critic MLPs,
             SAC's actor).
+        network: Your own network instead of the recipe's: a ``"module:function"`` factory
+            called as ``factory(observation_space, action_space, config)`` (the env's spaces,
+            this ``LearnerConfig``) that returns an ``nn.Module`` fulfilling the algorithm
+            family's contract (``collector.networks.contracts``, ``docs/networks.md``); checked
+            on a dummy batch before any actor starts. None: the recipe's network.
         loss: A built-in loss, a key of ``learner.losses.LOSSES`` (``dqn``, ``ppo``, ``a2c``,
             ``reinforce``, ``sac``, ``marl``; set by the run's ``algorithm``), or a
             ``"module:factory"`` path; the factory is called as
@@ -110,6 +115,7 @@ class LearnerConfig:
     priority_key: str = "td_error"
     # Model and loss
     hidden_sizes: tuple[int, ...] = (128, 128)
+    network: str | None = None
     loss: str = "dqn"
     loss_options: dict = dataclasses.field(default_factory=dict)
     gamma: float = 0.99
@@ -210,6 +216,12 @@ class LearnerConfig:
             "loss",
             f"must be one of {tuple(LOSSES)} or a 'module:factory' path",
             self.loss,
+        )
+        _check(
+            self.network is None or bool(_FACTORY_PATH.match(self.network)),
+            "network",
+            "must be a 'module:function' factory path or null",
+            self.network,
         )
         _check(
             self.pixel_torso in PIXEL_TORSOS,

@@ -6,8 +6,9 @@ single-machine cluster: started here (``address="local"``: never joining a ``ray
 cluster found on the machine, whose head may be gone), bound to loopback, in namespace
 ``relayrl``, without the dashboard, with workers that import the same checkout as the driver
 (``PYTHONPATH`` in the job's runtime env: an editable install may point elsewhere).
-``python -m services.train`` starts its own embedded Ray instead (``services.train.init_ray``:
-logical CPUs sized to the run, the dashboard on request, its own process group).
+``python -m services.train`` starts its own embedded Ray instead
+(``services.run.embedded.init_ray``: logical CPUs sized to the run, the dashboard on request,
+its own process group).
 """
 
 from __future__ import annotations

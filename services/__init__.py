@@ -1,11 +1,18 @@
 """The driver side of relayrl: the commands users type, and one room per concern below them.
 
-Commands (``python -m services.<name>``):
+Commands (``python -m services.<name>``, or ``relayrl <name>`` once installed: ``cli``):
     * ``train``: one training job (``--config``, ``--set``, ``--resume``).
     * ``sweep``: several runs at once on one cluster (``--seeds``, ``--grid``).
+    * ``evaluate``: play a trained policy, print its returns, record videos.
+    * ``export``: write a trained policy's forward as ``pt2`` or ONNX.
     * ``plot``: learning curves from a run directory's ``metrics.jsonl``.
     * ``external_actor``: an example actor outside Ray, fed over gRPC.
     * ``bench``: ``python -m services.bench <name>``, driver-side benchmarks.
+    * ``cli``: the ``relayrl`` command (``[project.scripts]``), one subcommand per module.
+
+The Python API: :class:`Trainer` (``services.run.trainer``) trains a config (a file, a dict or a
+``RunConfig``) with typed callbacks; :func:`load_policy` and :class:`Policy`
+(``services.policy``) load a trained policy without Ray.
 
 Rooms:
     * ``driver``: the :class:`~services.driver.controller.Controller` (receipts in, counters
@@ -24,7 +31,9 @@ Rooms:
       early stopping, the sweep's tables and plots.
     * ``evaluation``: the greedy-evaluation schedule (pure) and the evaluator actor.
     * ``run``: one run's life (launch, run directory, storage root), the embedded Ray in its own
-      session, the Ray toolbox.
+      session, the Ray toolbox, the Python API's ``Trainer`` and its callbacks' payloads.
+    * ``policy``: a trained policy outside Ray: loading, per-family actions, frame stacks,
+      multi-agent features, export.
 
 The wire contract that both the driver and a replay shard speak (the Experience proto, the
 zero-copy reader, batch specs and codecs, the shard-side intake) lives below, in
@@ -39,8 +48,11 @@ import importlib
 _EXPORTS = {
     "ConfigError": "services.config",
     "Controller": "services.driver.controller",
+    "Policy": "services.policy",
     "RunConfig": "services.config",
+    "Trainer": "services.run.trainer",
     "load_config": "services.config",
+    "load_policy": "services.policy",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -88,9 +88,14 @@ def plot_run(run_dir: str | Path) -> Path:
     return out
 
 
-def main(argv: list[str] | None = None) -> int:
-    """CLI entry point; returns the exit code."""
-    parser = argparse.ArgumentParser(prog="python -m services.plot", description=__doc__)
+def main(argv: list[str] | None = None, prog: str = "python -m services.plot") -> int:
+    """CLI entry point; returns the exit code (``prog``: how the user called it)."""
+    parser = argparse.ArgumentParser(
+        prog=prog,
+        description=__doc__,
+        epilog=f"examples:\n  {prog} ~/relayrl_results/<run id>",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("run_dir", help="a run directory holding metrics.jsonl")
     args = parser.parse_args(argv)
     try:

@@ -51,17 +51,24 @@ from services.observe.sweep_report import (
     write_results,
     write_tables,
 )
+from services.run.embedded import init_ray
 from services.run.launch import Run, prepare_run
 from services.run.storage import check_run_paths, storage_root
-from services.train import init_ray
 
 logger = logging.getLogger("relayrl.sweep")
+PROG = "python -m services.sweep"
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The sweep CLI's argument parser."""
+def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
+    """The sweep CLI's argument parser (``prog``: how the user called it)."""
     parser = argparse.ArgumentParser(
-        prog="python -m services.sweep", description=__doc__.split("\n")[0]
+        prog=prog,
+        description=__doc__.split("\n")[0].split(": ", 1)[1],
+        epilog="examples:\n"
+        f"  {prog} --seeds 0,1,2\n"
+        f"  {prog} --seeds 0,1,2 --config deploy/configs/cartpole_dqn.yaml\n"
+        f"  {prog} --grid learner.lr=1e-3,5e-4 --grid controller.utd_ratio=0.5,1",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--seeds", default="0,1,2", help="comma-separated seeds (default 0,1,2)")
     parser.add_argument("--config", help="YAML run config (see deploy/configs/)")
@@ -227,9 +234,9 @@ class Sweep:
         return [future.result() for future in futures]
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, prog: str = PROG) -> int:
     """Runs the sweep CLI; returns the exit code."""
-    args = build_parser().parse_args(argv)
+    args = build_parser(prog).parse_args(argv)
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )

@@ -19,33 +19,39 @@ import argparse
 import importlib
 import json
 import logging
-import math
-import os
 import signal
 import sys
 from concurrent.futures import ThreadPoolExecutor
 
 import ray
 
-from collector.config import INLINE_WRITE_ENV
 from replay.npyio import CheckpointError
 from services.checkpoints.resume import resolve_resume
 from services.checkpoints.store import CheckpointWriteError
 from services.config import ConfigError, RunConfig, load_config
-from services.config.spec import check_local_gpus, env_spaces
+from services.config.spec import check_local_gpus, env_spaces, model_spec_for
 from services.driver.placement import PlacementError
 from services.observe.progress import ProgressReporter
-from services.run.embedded import own_process_group
-from services.run.raytools import log_cluster
+from services.run.embedded import init_ray, logical_cpus
 from services.run.storage import check_run_paths
 
 logger = logging.getLogger("relayrl")
+PROG = "python -m services.train"
+
+__all__ = ["build_parser", "init_ray", "install_signal_handlers", "logical_cpus", "main"]
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The CLI's argument parser."""
+def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
+    """The CLI's argument parser (``prog``: how the user called it)."""
     parser = argparse.ArgumentParser(
-        prog="python -m services.train", description=__doc__.split("\n")[0]
+        prog=prog,
+        description=__doc__.split("\n")[0].split(": ", 1)[1],
+        epilog="examples:\n"
+        f"  {prog}\n"
+        f"  {prog} --config deploy/configs/cartpole_ppo.yaml --set seed=1\n"
+        f"  {prog} --config deploy/configs/cartpole_dqn.yaml --set learner.world_size=2\n"
+        f"  {prog} --resume ~/relayrl_results/<run id>",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--config", help="YAML run config (see deploy/configs/)")
     parser.add_argument(
@@ -63,46 +69,6 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def logical_cpus(config: RunConfig) -> float:
-    """Logical CPUs the run's actors ask for."""
-    c = config
-    return (
-        c.collector.num_collectors * c.collector.num_cpus
-        + c.replay.num_shards * c.replay.num_cpus
-        + c.learner.world_size * c.learner.resources_per_rank.get("CPU", 0)
-        + (c.evaluation.num_cpus if c.evaluation.enabled else 0)
-    )
-
-
-def init_ray(*configs: RunConfig) -> None:
-    """Connects to ``RAY_ADDRESS`` if set, else starts an embedded local Ray on loopback.
-
-    The embedded cluster declares at least as many logical CPUs as the actors of all
-    ``configs`` (the runs that will share it) ask for, so a small machine runs the default job
-    or a sweep (the OS shares the real cores).
-    """
-    if ray.is_initialized():
-        return
-    if os.environ.get("RAY_ADDRESS"):
-        log_cluster(ray.init(namespace="relayrl", log_to_driver=True))
-        return
-    gpus = sum(c.learner.world_size * c.learner.resources_per_rank.get("GPU", 0) for c in configs)
-    # Every process of the embedded cluster inherits the collectors' inline-write limit, so
-    # collectors start in prestarted workers instead of dedicated ones (see collector.group).
-    os.environ.update(INLINE_WRITE_ENV)
-    with own_process_group():  # a signal to the driver's process group spares the cluster
-        context = ray.init(
-            address="local",  # never attach to a `ray start` cluster found on this machine
-            num_cpus=max(os.cpu_count() or 1, math.ceil(sum(logical_cpus(c) for c in configs))),
-            num_gpus=gpus or None,
-            include_dashboard=any(c.ray.dashboard for c in configs),
-            dashboard_host="127.0.0.1",
-            namespace="relayrl",
-            _node_ip_address="127.0.0.1",
-        )
-    log_cluster(context)  # operators point `ray list actors`, `ray status` at the run
-
-
 def install_signal_handlers(controller) -> None:
     """First SIGINT/SIGTERM: stop at the next boundary; a second one: exit at once."""
 
@@ -117,15 +83,17 @@ def install_signal_handlers(controller) -> None:
     signal.signal(signal.SIGTERM, handle)
 
 
-def _load_driver(config: RunConfig, spaces):
-    """Imports the driver's torch-based modules and builds the model spec."""
+def _load_driver(config: RunConfig, spaces, model_spec=None):
+    """Imports the driver's torch-based modules and builds the model spec (unless given)."""
     launch = importlib.import_module("services.run.launch")
-    return launch, importlib.import_module("services.config.spec").model_spec_for(config, spaces)
+    if model_spec is None:
+        model_spec = importlib.import_module("services.config.spec").model_spec_for(config, spaces)
+    return launch, model_spec
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, prog: str = PROG) -> int:
     """Runs the CLI; returns the exit code."""
-    args = build_parser().parse_args(argv)
+    args = build_parser(prog).parse_args(argv)
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
@@ -135,6 +103,8 @@ def main(argv: list[str] | None = None) -> int:
         spaces = env_spaces(config)
         check_local_gpus(config)
         resume = resolve_resume(args.resume, config)[0] if args.resume else None
+        # A user's network is built and probed before Ray starts (it imports torch here).
+        model_spec = model_spec_for(config, spaces) if config.learner.network else None
     except ConfigError as err:
         print(f"relayrl: invalid config: {err}", file=sys.stderr)
         return 2
@@ -146,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
         # The config is valid: the driver's heavy imports (torch, the controller) and the model
         # spec load in a helper thread while Ray starts, instead of one after the other.
         with ThreadPoolExecutor(1, thread_name_prefix="imports") as pool:
-            loading = pool.submit(_load_driver, config, spaces)
+            loading = pool.submit(_load_driver, config, spaces, model_spec)
             init_ray(config)
             launch, model_spec = loading.result()
         run = launch.prepare_run(config, model_spec=model_spec, resume=resume, progress=progress)

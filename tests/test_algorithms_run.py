@@ -4,13 +4,21 @@ import json
 import signal
 import subprocess
 
+import numpy as np
 import pytest
 
 from services.config import load_config
 from services.driver.controller import Controller
+from services.evaluation.evaluator import EvaluationRunner
+from services.evaluation.playback import evaluate_policy
+from services.policy import load_policy
 from tests.conftest import PYTHON, ROOT, cli_env, run_cli
 
 CONFIGS = ROOT / "deploy" / "configs"
+
+
+# A final greedy evaluation and a checkpoint of the final version, for load_policy to replay.
+EVALUATED = ["checkpoint.at_end=true", "evaluation.interval_frames=1000000000"]
 
 
 def run_config(name, tmp_path, *overrides):
@@ -21,10 +29,13 @@ def run_config(name, tmp_path, *overrides):
             f"checkpoint.dir={tmp_path}",
             "checkpoint.at_end=false",
             "controller.log_interval_s=1",
+            "evaluation.episodes=4",
             *overrides,
         ],
     )
     controller = Controller(config)
+    if config.evaluation.enabled:
+        EvaluationRunner(config, controller).attach()  # as services.run.launch does
     rollouts, rounds = [], []
     # In lockstep every rollout must be collected with the learner's current version.
     controller.register(
@@ -39,12 +50,23 @@ def run_config(name, tmp_path, *overrides):
     return summary, rollouts, rounds
 
 
+def assert_load_policy_replays_the_final_evaluation(checkpoints, summary):
+    """The run's newest checkpoint, loaded without Ray, plays the same greedy episodes."""
+    policy = load_policy(checkpoints)
+    assert policy.version == summary["eval_version"] == summary["published_version"]
+    replay = evaluate_policy(policy)  # the run's seed, envs and episode count
+    assert replay["episodes"] == 4
+    assert round(replay["return_mean"], 3) == summary["eval_return_mean"]
+    return policy, replay
+
+
 def test_ppo_lockstep_trains_on_the_current_version_only(ray_cluster, tmp_path):
     summary, rollouts, rounds = run_config(
         "cartpole_ppo.yaml",
         tmp_path,
         "controller.total_frames=30720",
         "controller.stop_return=null",
+        *EVALUATED,
     )
     assert summary["frames"] == 30720 == summary["transitions"]  # 60 iterations of 512
     assert summary["iteration"] == len(rounds) == 60
@@ -55,6 +77,8 @@ def test_ppo_lockstep_trains_on_the_current_version_only(ray_cluster, tmp_path):
     assert {"approx_kl", "clip_fraction", "entropy", "lr"} <= set(rounds[-1].metrics)
     assert rounds[-1].metrics["lr"] < rounds[0].metrics["lr"]  # the linear schedule
     assert summary["episode_return_mean"] > 150  # random play: about 22
+    policy, replay = assert_load_policy_replays_the_final_evaluation(tmp_path, summary)
+    assert policy.family == "actor_critic" and replay["return_mean"] > 100  # greedy
 
 
 def test_ppo_with_two_ranks_splits_every_minibatch(ray_cluster, tmp_path):
@@ -96,6 +120,7 @@ def test_sac_learns_pendulum(ray_cluster, tmp_path):
         "controller.episode_window=8",  # the last wave of 8 parallel episodes
         "controller.stop_return=null",
         "learner.hidden_sizes=[64, 64]",
+        *EVALUATED,
     )
     assert summary["frames"] >= 8000
     assert summary["optim_steps"] == summary["model_version"] >= 7000
@@ -103,6 +128,9 @@ def test_sac_learns_pendulum(ray_cluster, tmp_path):
     assert {"loss_qvalue", "loss_actor", "loss_alpha", "alpha"} <= set(metrics)
     assert metrics["alpha"] < 1.0  # the temperature moved toward the entropy target
     assert summary["episode_return_mean"] > -800, summary  # random play: about -1200 to -1300
+    policy, _ = assert_load_policy_replays_the_final_evaluation(tmp_path, summary)
+    actions = policy.act(np.zeros((5, 3), np.float32))  # the squashed mean, in the bounds
+    assert actions.shape == (5, 1) and np.abs(actions).max() <= 2.0
 
 
 def frames_of(progress_line: str) -> int:

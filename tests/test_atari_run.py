@@ -8,11 +8,14 @@ import pytest
 from services.config import ConfigError, load_config
 from services.config.spec import check_local_gpus, env_spaces
 from services.driver.controller import Controller
+from services.evaluation.playback import evaluate_policy
 from services.observe.metrics import MetricsExporter
+from services.policy import load_policy
 from tests.conftest import ROOT
 
 CONFIG = ROOT / "deploy" / "configs" / "pong_dqn.yaml"
 FRAMES = 8192  # emulator frames: 2,048 agent steps
+CONFIG_ENV = "collector.atari:make_atari"
 
 
 def test_pong_run_counts_every_frame_once_in_about_one_frame_of_memory(ray_cluster, tmp_path):
@@ -81,6 +84,24 @@ def test_pong_run_counts_every_frame_once_in_about_one_frame_of_memory(ray_clust
     )
     # The final checkpoint holds each shard's frame ring.
     assert len(list((tmp_path / "ckpt").rglob("frames.npy"))) == 2
+
+    # Loaded without Ray: stacked frames or one frame at a time; played and recorded on a
+    # shortened evaluation env
+    short = {"game": "ALE/Pong-v5", "max_episode_steps": 40}
+    policy = load_policy(
+        tmp_path / "ckpt",
+        overrides={"evaluation.env_kwargs": short, "evaluation.env_id": CONFIG_ENV},
+    )
+    assert policy.version == summary["model_version"] and policy.family == "q"
+    stacks = sample["observation"]
+    actions = policy.act(stacks)
+    assert actions.shape == (8,) and actions.max() < 6
+    for frame in stacks[0]:  # the policy's own stack of the same four frames
+        last = policy.act(frame)
+    assert last == actions[0]
+    played = evaluate_policy(policy, episodes=1, num_envs=1, video_dir=tmp_path / "video")
+    assert 30 <= played["lengths"][0] <= 40  # the no-ops after reset count toward the limit
+    assert played["episodes"] == 1 and len(played["video_files"]) == 1
 
 
 def test_a_config_needing_the_atari_extra_is_refused_naming_it(monkeypatch):

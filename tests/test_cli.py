@@ -21,6 +21,10 @@ def test_default_job_learns_cartpole(tmp_path):
         "controller.total_frames=30000",
         "--set",
         f"run.dir={tmp_path / 'run'}",
+        "--set",  # one greedy evaluation, of the final version
+        "evaluation.interval_frames=1000000000",
+        "--set",
+        "evaluation.episodes=3",
     )
     assert result.returncode == 0, result.stderr[-3000:]
     lines = result.stdout.strip().splitlines()
@@ -34,6 +38,28 @@ def test_default_job_learns_cartpole(tmp_path):
     assert summary["episode_return_mean"] >= 100, summary
     assert (tmp_path / "run" / "config.yaml").exists()
     assert (tmp_path / "run" / "metrics.jsonl").read_text().count("\n") >= 1
+
+    # After training: the evaluate command replays that evaluation and records it
+    video = tmp_path / "video"
+    command = [PYTHON, "-m", "services.evaluate", str(tmp_path / "run"), "--video", str(video)]
+    played = subprocess.run(
+        [*command, "--video-every", "2"],
+        cwd=ROOT,
+        env=cli_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert played.returncode == 0, played.stderr[-3000:]
+    lines = played.stdout.strip().splitlines()
+    replay = json.loads(lines[-1])
+    assert [line.split(":")[0] for line in lines[:-1]] == ["episode 1", "episode 2", "episode 3"]
+    assert replay["version"] == summary["eval_version"] == summary["published_version"]
+    assert round(replay["return_mean"], 3) == summary["eval_return_mean"]  # the same episodes
+    assert replay["episodes"] == 3 and replay["return_std"] >= 0
+    files = [Path(f) for f in replay["video_files"]]  # env 0 plays 2 episodes, env 1 one
+    assert sorted(f.name for f in files) == ["env0-episode-0.mp4", "env1-episode-0.mp4"]
+    assert all(f.parent == video and f.stat().st_size > 1000 for f in files)
 
 
 @pytest.mark.parametrize(

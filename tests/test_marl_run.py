@@ -2,15 +2,27 @@
 
 import dataclasses
 
+import numpy as np
 import pytest
 import torch
 
 from services.bench.marl import random_play
 from services.config import load_config
 from services.driver.controller import Controller
+from services.evaluation.evaluator import EvaluationRunner
+from services.evaluation.playback import evaluate_policy
+from services.policy import load_policy
 from tests.conftest import ROOT
 
 CONFIGS = ROOT / "deploy" / "configs"
+
+
+# QMIX's run also ends with a greedy evaluation and a checkpoint, for load_policy to replay.
+EVALUATED = [
+    "checkpoint.at_end=true",
+    "evaluation.interval_frames=1000000000",
+    "evaluation.episodes=4",
+]
 
 
 @pytest.mark.parametrize("name", ["spread_iql.yaml", "spread_vdn.yaml", "spread_qmix.yaml"])
@@ -26,11 +38,14 @@ def test_spread_configs_learn_well_above_random(ray_cluster, tmp_path, name):
             "controller.utd_ratio=0.25",
             "collector.epsilon_anneal_frames=5000",
             "learner.global_batch_size=128",
+            *(EVALUATED if name == "spread_qmix.yaml" else []),
         ],
     )
     baseline = random_play(config.collector.env_id, config.collector.env_kwargs)["return_mean"]
     assert -95 < baseline < -70  # Spread, 3 agents, 25 steps: about -81
     controller = Controller(config)
+    if config.evaluation.enabled:  # the evaluator plays the multi-agent envs too
+        EvaluationRunner(config, controller).attach()
     rounds = []
     controller.register("round", lambda c, r: rounds.append(r))
     try:
@@ -42,6 +57,15 @@ def test_spread_configs_learn_well_above_random(ray_cluster, tmp_path, name):
     assert {"loss_q", "q_mean", "q_tot_mean"} <= set(rounds[-1].metrics)
     # The mean over the last 100 episodes (epsilon 0.05 by then) beats random play clearly.
     assert summary["episode_return_mean"] > baseline + 8, (summary, baseline)
+    if not config.evaluation.enabled:
+        return
+    # Loaded without Ray, each agent's greedy action replays the final evaluation exactly.
+    policy = load_policy(tmp_path)
+    assert policy.family == "agents" and policy.version == summary["eval_version"]
+    replay = evaluate_policy(policy)
+    assert replay["episodes"] == 4
+    assert round(replay["return_mean"], 3) == summary["eval_return_mean"] > baseline
+    assert policy.act(np.zeros((3, 18), np.float32)).shape == (3,)  # one action per agent
 
 
 SMALL = [

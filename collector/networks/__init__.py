@@ -13,7 +13,10 @@ fulfils :class:`NetworkSpec`:
       its RNG;
     * optionally ``make_vector_env(...)`` (the arguments of :func:`collector.env.make_vector_env`)
       when its policy needs another env interface (the multi-agent spec builds PettingZoo envs
-      wrapped by ``collector.multiagent``).
+      wrapped by ``collector.multiagent``);
+    * ``family``: how losses and policies call its network (``q``, ``actor_critic``,
+      ``squashed``, ``agents``; ``contracts``), read by ``learner.network`` and by loaded
+      policies (``services.policy``).
 
 The specs:
     * ``q_mlp``: :class:`~collector.networks.q_mlp.ModelSpec`, an MLP Q-network (optionally
@@ -30,7 +33,11 @@ The specs:
     * ``common``: exploration parameters, MLP trunks, the dueling head;
     * ``builders``: ``NETWORKS``, spec name -> ``builder(options, observation_space,
       action_space)`` with :class:`~collector.networks.builders.NetworkOptions` (no torch
-      until a builder runs; refusals name ``collector.env_id``).
+      until a builder runs; refusals name ``collector.env_id``);
+    * ``contracts``: each family's ``Protocol`` for a user's network and the probe that checks
+      one on a dummy batch (refusals name ``learner.network``);
+    * ``custom``: :class:`~collector.networks.custom.CustomNetworkSpec`, a user's
+      ``learner.network`` factory in the place of the recipe's network.
 
 Examples:
     >>> import numpy as np

@@ -25,6 +25,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import math
+from typing import ClassVar
 
 import numpy as np
 import torch
@@ -74,6 +75,7 @@ class ActorCriticSpec:
     hidden_sizes: tuple[int, ...] = (64, 64)
     log_std_init: float = 0.0
     squash: bool = False
+    family: ClassVar[str] = "actor_critic"  # its contract: collector.networks.contracts
 
     def __post_init__(self) -> None:
         if self.distribution not in DISTRIBUTIONS:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
@@ -25,20 +25,29 @@ from collector.networks.common import DuelingHead, Explore, exploration, mlp_tru
 class AgentQNetwork(nn.Module):
     """Q-values of every agent from one shared MLP: ``[..., n_agents, obs] -> [..., n_agents, A]``.
 
+    Args:
+        spec: Sizes and options.
+        q: A user's per-agent module ``[..., input_dim + n_agents] -> [..., num_actions]`` in
+            place of the MLP (``learner.network``,
+            :class:`~collector.networks.contracts.AgentQValues`); the agent id is still appended
+            here.
+
     Attributes:
         n_agents: Agents sharing the network.
         num_actions: Actions per agent.
         state_dim: Size of the env's global state (what a mixer conditions on; 0: none).
     """
 
-    def __init__(self, spec: AgentQSpec) -> None:
+    def __init__(self, spec: AgentQSpec, q: nn.Module | None = None) -> None:
         super().__init__()
         self.n_agents = spec.n_agents
         self.num_actions = spec.num_actions
         self.state_dim = spec.state_dim
-        trunk, width = mlp_trunk(spec.input_dim + spec.n_agents, spec.hidden_sizes)
-        head = DuelingHead(width, spec.num_actions) if spec.dueling else None
-        self.q = nn.Sequential(*trunk, head or nn.Linear(width, spec.num_actions))
+        if q is None:
+            trunk, width = mlp_trunk(spec.input_dim + spec.n_agents, spec.hidden_sizes)
+            head = DuelingHead(width, spec.num_actions) if spec.dueling else None
+            q = nn.Sequential(*trunk, head or nn.Linear(width, spec.num_actions))
+        self.q = q
         self.register_buffer("agent_id", torch.eye(spec.n_agents), persistent=False)
 
     def forward(self, observation: torch.Tensor) -> torch.Tensor:
@@ -70,6 +79,7 @@ class AgentQSpec:
     dueling: bool = False
     prev_action: bool = False
     global_state: str = "auto"
+    family: ClassVar[str] = "agents"  # its contract: collector.networks.contracts
 
     @property
     def input_dim(self) -> int:

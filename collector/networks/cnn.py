@@ -15,6 +15,7 @@ Torsos (``learner.pixel_torso``):
 from __future__ import annotations
 
 import dataclasses
+from typing import ClassVar
 
 import numpy as np
 import torch
@@ -98,6 +99,7 @@ class PixelQSpec:
     num_actions: int
     torso: str = "nature"
     dueling: bool = False
+    family: ClassVar[str] = "q"  # its contract: collector.networks.contracts
 
     def __post_init__(self) -> None:
         if self.torso not in TORSOS:
@@ -154,6 +156,7 @@ class PixelActorCriticSpec:
     torso: str = "nature"
     distribution: str = dataclasses.field(default="categorical", init=False)
     squash: bool = dataclasses.field(default=False, init=False)
+    family: ClassVar[str] = "actor_critic"  # its contract: collector.networks.contracts
 
     def __post_init__(self) -> None:
         if self.torso not in TORSOS:

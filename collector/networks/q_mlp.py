@@ -8,6 +8,7 @@ handed to learners, so both build the same module and exchange plain state dicts
 from __future__ import annotations
 
 import dataclasses
+from typing import ClassVar
 
 import numpy as np
 import torch
@@ -31,6 +32,7 @@ class ModelSpec:
     num_actions: int
     hidden_sizes: tuple[int, ...] = (64, 64)
     dueling: bool = False
+    family: ClassVar[str] = "q"  # its contract: collector.networks.contracts
 
     def build(self) -> nn.Module:
         """Returns a freshly initialized network (uses torch's global RNG)."""

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from typing import ClassVar
 
 import numpy as np
 import torch
@@ -49,6 +50,7 @@ class SquashedGaussianSpec:
     action_low: tuple[float, ...]
     action_high: tuple[float, ...]
     hidden_sizes: tuple[int, ...] = (256, 256)
+    family: ClassVar[str] = "squashed"  # its contract: collector.networks.contracts
 
     def __post_init__(self) -> None:
         if len(self.action_low) != self.action_dim or len(self.action_high) != self.action_dim:
@@ -71,14 +73,23 @@ class SquashedGaussianSpec:
 
 
 class SquashedGaussianActor(nn.Module):
-    """``obs -> (mean, log_std)`` of the pre-squash Gaussian; see the module docstring."""
+    """``obs -> (mean, log_std)`` of the pre-squash Gaussian; see the module docstring.
 
-    def __init__(self, spec: SquashedGaussianSpec) -> None:
+    Args:
+        spec: Sizes and the env's bounds.
+        body: A user's module ``obs -> (mean, log_std)`` in place of the MLP
+            (``learner.network``, :class:`~collector.networks.contracts.GaussianActorBody`);
+            the clamp of ``log_std``, the squashing and the log-probabilities stay these.
+    """
+
+    def __init__(self, spec: SquashedGaussianSpec, body: nn.Module | None = None) -> None:
         super().__init__()
         self.spec = spec
-        self.trunk, width = mlp_trunk(spec.obs_dim, spec.hidden_sizes)
-        self.mean = nn.Linear(width, spec.action_dim)
-        self.log_std = nn.Linear(width, spec.action_dim)
+        self.body = body
+        if body is None:
+            self.trunk, width = mlp_trunk(spec.obs_dim, spec.hidden_sizes)
+            self.mean = nn.Linear(width, spec.action_dim)
+            self.log_std = nn.Linear(width, spec.action_dim)
         low = torch.tensor(spec.action_low, dtype=torch.float32)
         high = torch.tensor(spec.action_high, dtype=torch.float32)
         self.register_buffer("center", (high + low) / 2, persistent=False)
@@ -86,6 +97,9 @@ class SquashedGaussianActor(nn.Module):
 
     def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Mean and clamped log standard deviation, each ``[n, action_dim]``."""
+        if self.body is not None:
+            mean, log_std = self.body(obs)
+            return mean, log_std.clamp(LOG_STD_MIN, LOG_STD_MAX)
         features = self.trunk(obs)
         log_std = self.log_std(features).clamp(LOG_STD_MIN, LOG_STD_MAX)
         return self.mean(features), log_std

@@ -48,7 +48,9 @@ class SACLoss(nn.Module):
     """SAC's critic, actor and temperature losses (see the module docstring).
 
     Args:
-        actor: ``collector.networks.squashed.SquashedGaussianActor`` (the published policy).
+        actor: ``collector.networks.squashed.SquashedGaussianActor`` (the published policy);
+            when its ``body`` (a user's ``learner.network``) has ``make_critic()``, the twin
+            critics are two modules made by it, else MLPs of ``hidden_sizes``.
 
     Keyword Args:
         gamma: Discount used when a batch carries no ``n_step_discount``.
@@ -71,8 +73,11 @@ class SACLoss(nn.Module):
         super().__init__()
         spec = actor.spec
         self.actor = actor
-        self.q1 = QNetwork(spec.obs_dim, spec.action_dim, hidden_sizes)
-        self.q2 = QNetwork(spec.obs_dim, spec.action_dim, hidden_sizes)
+        # A user's actor body may bring its critic (collector.networks.contracts.QCritic).
+        make_critic = getattr(getattr(actor, "body", None), "make_critic", None)
+        if make_critic is None:
+            make_critic = lambda: QNetwork(spec.obs_dim, spec.action_dim, hidden_sizes)  # noqa: E731
+        self.q1, self.q2 = make_critic(), make_critic()
         self.q1_target = copy.deepcopy(self.q1).requires_grad_(False)
         self.q2_target = copy.deepcopy(self.q2).requires_grad_(False)
         self.log_alpha = nn.Parameter(torch.tensor(math.log(init_alpha)), requires_grad=learn_alpha)

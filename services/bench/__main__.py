@@ -8,11 +8,17 @@ import sys
 SUBCOMMANDS = ("grpc", "solve", "atari", "marl", "soak", "checkpoint", "hostile")
 
 
-def main(argv: list[str]) -> int:
-    """Runs a subcommand; returns its exit code."""
+def main(argv: list[str], prog: str = "python -m services.bench") -> int:
+    """Runs a subcommand; returns its exit code (``prog``: how the user called it)."""
+    names = ",".join(SUBCOMMANDS)
+    text = (
+        f"usage: {prog} {{{names}}} [args]\n\nexamples:\n  {prog} solve --help\n  {prog} checkpoint"
+    )
+    if argv and argv[0] in ("-h", "--help"):
+        print(text)
+        return 0
     if not argv or argv[0] not in SUBCOMMANDS:
-        names = ",".join(SUBCOMMANDS)
-        print(f"usage: python -m services.bench {{{names}}} [args]", file=sys.stderr)
+        print(text, file=sys.stderr)
         return 2
     return importlib.import_module(f"services.bench.{argv[0]}").main(argv[1:])
 

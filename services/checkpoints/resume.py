@@ -20,6 +20,7 @@ PINNED_FIELDS = (
     "replay.sampler",
     "learner.world_size",
     "learner.hidden_sizes",
+    "learner.network",
 )
 
 
@@ -55,19 +56,28 @@ def check_compatible(checkpoint_config: dict, config: RunConfig) -> None:
             )
 
 
-def resolve_resume(path: str | Path, config: RunConfig) -> tuple[Path, dict]:
-    """Finds the checkpoint to resume and checks it.
+def find_checkpoint(path: str | Path) -> tuple[Path, dict]:
+    """The verified checkpoint ``path`` names, and its manifest.
 
     ``path`` is a checkpoint, a rotation directory (its newest valid checkpoint) or a run
     directory (its ``checkpoints/`` rotation).
 
     Raises:
         CheckpointError: If no valid checkpoint is found.
-        ConfigError: If the config conflicts with the checkpoint.
     """
     path = Path(path)
     if (path / "checkpoints").is_dir():  # a run directory: its rotation
         path = path / "checkpoints"
-    checkpoint, manifest = latest_valid(path)
+    return latest_valid(path)
+
+
+def resolve_resume(path: str | Path, config: RunConfig) -> tuple[Path, dict]:
+    """Finds the checkpoint to resume (:func:`find_checkpoint`) and checks it.
+
+    Raises:
+        CheckpointError: If no valid checkpoint is found.
+        ConfigError: If the config conflicts with the checkpoint.
+    """
+    checkpoint, manifest = find_checkpoint(path)
     check_compatible(read_json(checkpoint / "config.json"), config)
     return checkpoint, manifest

@@ -5,7 +5,8 @@ Modules:
       (``run``, ``controller``, ``checkpoint``, ``metrics``, ``ray``); the ``grpc`` section is
       ``grpc``, the ``evaluation`` section ``evaluation``, the component sections live with their
       packages (``collector.config``, ``replay.config``, ``learner.config``).
-    * ``loader``: :func:`load_config` (YAML file + ``--set`` overrides) and :func:`parse_override`.
+    * ``loader``: :func:`load_config` (YAML file + ``--set`` overrides), :func:`config_from_dict`
+      (a nested mapping + dotted-key overrides) and :func:`parse_override`.
     * ``recipes``: the :class:`~services.config.recipes.Algorithm` dataclass and the
       ``ALGORITHMS`` registry: an algorithm as data (loop, loss, network, defaults).
     * ``checks``: refusals of what an algorithm cannot run (config and env spaces), no torch.
@@ -17,7 +18,7 @@ Validating a config imports no torch. Modules inside this package import each ot
 (``services.config.sections``), never this package, to keep it free of cycles.
 """
 
-from services.config.loader import load_config, parse_override
+from services.config.loader import config_from_dict, load_config, parse_override
 from services.config.sections import ConfigError, RunConfig
 
-__all__ = ["ConfigError", "RunConfig", "load_config", "parse_override"]
+__all__ = ["ConfigError", "RunConfig", "config_from_dict", "load_config", "parse_override"]

@@ -35,6 +35,12 @@ def check(config) -> None:
             f"learner.loss: algorithm {algo.name} trains with {algo.loss!r} (or a "
             f"'module:factory' loss), got {learner.loss!r}"
         )
+    if learner.network and learner.loss.startswith("torchrl:") and algo.on_policy:
+        raise AlgorithmConfigError(
+            f"learner.network: a user network trains with relayrl's {algo.name} loss; "
+            f"learner.loss={learner.loss} reads the built-in actor-critic's critic, "
+            f"got {learner.network!r}"
+        )
     if learner.loss.startswith("torchrl:"):  # LearnerConfig has checked the torchrl extra
         from learner.losses.torchrl_loss import check_torchrl_options, torchrl_algorithm
 

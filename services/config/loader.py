@@ -3,12 +3,15 @@
 :func:`load_config` merges a YAML file with ``KEY=VALUE`` overrides, fills what neither sets from
 the algorithm's recipe (``services.config.recipes``), converts each value to its field's
 annotated type, and raises :class:`ConfigError` naming the first bad field
-(``learner.world_size: must be ...``) before anything starts.
+(``learner.world_size: must be ...``) before anything starts. :func:`config_from_dict` does the
+same for a nested mapping (the Python API's dict configs, a checkpoint's ``config.json``) with
+overrides given as a mapping of dotted keys to values.
 """
 
 from __future__ import annotations
 
 import contextlib
+import copy
 import dataclasses
 import types
 import typing
@@ -139,8 +142,34 @@ def load_config(path: str | Path | None = None, overrides: Iterable[str] = ()) -
         if loaded is not None and not isinstance(loaded, dict):
             raise ConfigError(f"config file {path}: must hold a mapping at the top level")
         data = loaded or {}
-    for text in overrides:
-        keys, value = parse_override(text)
+    return config_from_dict(data, overrides)
+
+
+def config_from_dict(
+    data: Mapping, overrides: Iterable[str] | Mapping[str, object] = ()
+) -> RunConfig:
+    """Builds a validated RunConfig from a nested mapping, as :func:`load_config` does a file.
+
+    Args:
+        data: The config, nested like the YAML (left unchanged).
+        overrides: ``"KEY=VALUE"`` strings, or a mapping of dotted keys to values
+            (``{"learner.lr": 5e-4}``), applied after ``data``.
+
+    Raises:
+        ConfigError: Naming the first unknown key or invalid value.
+
+    Examples:
+        >>> config_from_dict({"algorithm": "ppo"}, {"learner.lr": 5e-4}).learner.lr
+        0.0005
+    """
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"config: must be a mapping, got {type(data).__name__}")
+    data = copy.deepcopy(dict(data))
+    if isinstance(overrides, Mapping):
+        assignments = [(str(key).split("."), value) for key, value in overrides.items()]
+    else:
+        assignments = [parse_override(text) for text in overrides]
+    for keys, value in assignments:
         node = data
         for depth, key in enumerate(keys[:-1]):
             child = node.setdefault(key, {})

@@ -3,7 +3,10 @@
 The recipe names the network (``Algorithm.network``, or ``pixel_network`` over frames);
 :func:`network_options` fills the builders' :class:`~collector.networks.builders.NetworkOptions`
 from the config, and :func:`model_spec_for` calls the builder of ``collector.networks.builders``
-after the recipe's checks, turning every refusal into :class:`ConfigError`.
+after the recipe's checks, turning every refusal into :class:`ConfigError`. With
+``learner.network`` the user's factory stands in for the built network
+(:func:`user_network_spec`): resolved, built once and probed on a dummy batch, so a wrong shape
+is refused before any actor starts.
 """
 
 from __future__ import annotations
@@ -110,6 +113,44 @@ def model_spec_for(config: RunConfig, spaces: Spaces | None = None):
     build = NETWORKS[algorithm_for(config).network_for(obs_space)]
     try:
         check_spaces(config, obs_space, action_space)
-        return build(network_options(config), obs_space, action_space)
+        spec = build(network_options(config), obs_space, action_space)
     except ValueError as err:  # AlgorithmConfigError, or a builder's refusal naming the field
         raise ConfigError(str(err)) from None
+    if config.learner.network:
+        spec = user_network_spec(config, spec, obs_space, action_space)
+    return spec
+
+
+def user_network_spec(config: RunConfig, base, obs_space: gym.Space, action_space: gym.Space):
+    """The spec of ``learner.network`` in place of ``base``, built once and probed (torch).
+
+    Raises:
+        ConfigError: Naming ``learner.network`` if the factory cannot be imported, fails, or
+            returns a module with the wrong shapes for the family of ``base``.
+    """
+    import torch
+
+    from collector.networks.contracts import probe
+    from collector.networks.custom import CustomNetworkSpec
+    from learner.plugins import resolve_factory
+
+    name = config.learner.network
+    try:
+        factory = resolve_factory(name, "learner.network")
+    except ValueError as err:
+        raise ConfigError(str(err)) from None
+    spec = CustomNetworkSpec(factory, name, base, obs_space, action_space, config.learner)
+    with torch.random.fork_rng(devices=[]):  # probing leaves the caller's RNG as it was
+        try:
+            network = spec.build()
+        except TypeError as err:
+            if str(err).startswith("learner.network"):
+                raise ConfigError(str(err)) from None
+            raise ConfigError(f"learner.network: {name} failed: {err}") from None
+        except Exception as err:  # the user's code: any failure refuses the config
+            raise ConfigError(f"learner.network: {name} failed: {err!r}") from None
+        try:
+            probe(spec.family, network, obs_space, action_space, name=name)
+        except ValueError as err:
+            raise ConfigError(str(err)) from None
+    return spec

@@ -24,7 +24,14 @@ import numpy as np
 import ray
 import torch
 
-from services.evaluation.schedule import EvalResult, EvalSchedule, run_episodes
+from services.evaluation.envs import evaluation_env, make_evaluation_envs
+from services.evaluation.schedule import (
+    EVALUATION_STREAM,
+    EvalResult,
+    EvalSchedule,
+    evaluation_seeds,
+    run_episodes,
+)
 
 if TYPE_CHECKING:
     from services.driver.views import EvaluationHost
@@ -39,27 +46,26 @@ class Evaluator:
         env_id: Gymnasium id or ``module:function`` factory.
         num_envs: Environments stepped side by side.
         model_spec: The run's network spec (``build()``, ``make_policy()``).
-        seed: The run's seed; evaluation ``k`` resets its envs with seeds drawn from
-            ``(seed, k)``, a stream of its own, apart from every collector's.
+        seed: The run's seed; every evaluation resets its envs with
+            ``evaluation_seeds(seed, num_envs)``, a stream of its own, apart from every
+            collector's, so each version plays the same episodes.
         env_kwargs: Keyword arguments of ``env_id``.
     """
 
     def __init__(self, env_id: str, num_envs: int, model_spec, seed: int, env_kwargs=None) -> None:
-        from collector.env import make_vector_env  # gymnasium: load in the actor only
-
         torch.set_num_threads(1)
         self.seed = seed
         self.network = model_spec.build().eval()
-        self.policy = model_spec.make_policy(self.network, np.random.SeedSequence([seed, 0xE7A1]))
-        self.envs = make_vector_env(env_id, num_envs, env_kwargs=env_kwargs)
+        sequence = np.random.SeedSequence([seed, EVALUATION_STREAM])
+        self.policy = model_spec.make_policy(self.network, sequence)
+        self.envs = make_evaluation_envs(model_spec, env_id, num_envs, env_kwargs)
         self.evaluations = 0
 
     def evaluate(self, weights, frames: int, episodes: int) -> EvalResult:
         """Loads ``weights`` (``PublishedWeights``) and runs ``episodes`` greedy episodes."""
         started = time.perf_counter()
         self.network.load_state_dict(ray.get(weights.ref))
-        sequence = np.random.SeedSequence([self.seed, 0xE7A1, self.evaluations])
-        seeds = [int(s) for s in sequence.generate_state(self.envs.num_envs)]
+        seeds = evaluation_seeds(self.seed, self.envs.num_envs)
         self.evaluations += 1
         with torch.inference_mode():
             returns, lengths = run_episodes(self.envs, self.policy, episodes, seeds)
@@ -105,8 +111,7 @@ class EvaluationRunner:
     def start(self) -> None:
         """Starts the evaluator actor (after setup and any restore); ``run_at_start``."""
         cfg, run = self.cfg, self.config
-        env_id = cfg.env_id or run.collector.env_id
-        env_kwargs = cfg.env_kwargs if cfg.env_id else run.collector.env_kwargs
+        env_id, env_kwargs = evaluation_env(run)
         self.actor = (
             ray.remote(Evaluator)
             .options(

@@ -19,7 +19,10 @@ Scheduling (:class:`EvalSchedule`) is a pure object the driver feeds with frame 
   (:meth:`EvalSchedule.state_dict`): an evaluation in flight at the cut is dropped on resume.
 
 Episodes are counted exactly (:func:`run_episodes`): env ``i`` of ``num_envs`` runs its share of
-the episodes, so short episodes do not crowd out long ones.
+the episodes, so short episodes do not crowd out long ones. Every evaluation of a run resets its
+envs with the same seeds (:func:`evaluation_seeds` of the run's seed), so evaluations of
+different versions play the same episodes, and ``python -m services.evaluate`` on a checkpoint
+replays the run's own evaluation of that version exactly.
 
 Examples:
     >>> schedule = EvalSchedule(interval_frames=1000)
@@ -40,6 +43,8 @@ from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
+
+EVALUATION_STREAM = 0xE7A1  # the evaluator's seeds: (run seed, this), apart from collectors'
 
 
 @dataclasses.dataclass(frozen=True)
@@ -153,7 +158,26 @@ def episode_quotas(episodes: int, num_envs: int) -> list[int]:
     return [episodes // num_envs + (1 if i < episodes % num_envs else 0) for i in range(num_envs)]
 
 
-def run_episodes(envs, policy, episodes: int, seeds: list[int]) -> tuple[list[float], list[int]]:
+def evaluation_seeds(seed: int, num_envs: int) -> list[int]:
+    """The reset seeds of an evaluation's ``num_envs`` envs for a run of ``seed``.
+
+    A stream of its own, apart from every collector's (``collector.env.env_seeds``).
+
+    Examples:
+        >>> evaluation_seeds(0, 2) == evaluation_seeds(0, 2) != evaluation_seeds(1, 2)
+        True
+    """
+    state = np.random.SeedSequence([seed, EVALUATION_STREAM]).generate_state(num_envs)
+    return [int(s) for s in state]
+
+
+def run_episodes(
+    envs,
+    policy,
+    episodes: int,
+    seeds: list[int],
+    explore: Mapping[str, Any] | None = None,
+) -> tuple[list[float], list[int]]:
     """Runs exactly ``episodes`` episodes with the policy's deterministic actions.
 
     Args:
@@ -161,10 +185,18 @@ def run_episodes(envs, policy, episodes: int, seeds: list[int]) -> tuple[list[fl
         policy: A collector policy (``act(obs, explore) -> (actions, extras)``).
         episodes: Episodes to finish, split over the envs by :func:`episode_quotas`.
         seeds: One reset seed per env.
+        explore: The exploration handed to ``policy.act`` (default ``{"deterministic":
+            True}``; e.g. ``{}`` samples a stochastic actor).
 
     Returns:
         Returns and lengths of the episodes, env by env in finishing order.
+
+    Continuous actions are clipped to a ``Box`` action space's bounds, as collectors do.
     """
+    from gymnasium.spaces import Box  # the envs are gymnasium's (or look like them)
+
+    space = getattr(envs, "single_action_space", None)
+    bounds = (space.low, space.high) if isinstance(space, Box) else None
     n = envs.num_envs
     quotas = episode_quotas(episodes, n)
     finished = [0] * n
@@ -174,9 +206,11 @@ def run_episodes(envs, policy, episodes: int, seeds: list[int]) -> tuple[list[fl
     returns: list[float] = []
     lengths: list[int] = []
     obs, _ = envs.reset(seed=seeds)
-    explore = {"deterministic": True}
+    explore = {"deterministic": True} if explore is None else dict(explore)
     while any(done < quota for done, quota in zip(finished, quotas, strict=True)):
         actions, _ = policy.act(obs, explore)
+        if bounds is not None:
+            actions = np.clip(actions, *bounds)
         obs, rewards, terminated, truncated, _ = envs.step(actions)
         for i in range(n):
             if resetting[i]:

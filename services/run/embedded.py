@@ -1,4 +1,8 @@
-"""The embedded local Ray's processes, kept out of the driver's process group.
+"""The embedded local Ray a run starts (:func:`init_ray`), its processes out of the driver's group.
+
+:func:`init_ray` connects to ``RAY_ADDRESS`` when set, else starts a local Ray on loopback sized
+to the runs' actors (``services.train``, ``services.sweep`` and the Python API's ``Trainer``;
+a Ray the caller already started is used as it is).
 
 A signal sent to a whole process group (Ctrl-C in a terminal, ``kill -TERM -<pgid>``, some
 process supervisors) reaches every process in it. Ray starts its node processes (GCS, raylet,
@@ -18,7 +22,13 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import math
+import os
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from services.config import RunConfig
 
 
 @contextlib.contextmanager
@@ -45,3 +55,48 @@ def own_process_group() -> Iterator[bool]:
         yield True
     finally:
         services.ConsolePopen.__init__ = original
+
+
+def logical_cpus(config: RunConfig) -> float:
+    """Logical CPUs the run's actors ask for."""
+    c = config
+    return (
+        c.collector.num_collectors * c.collector.num_cpus
+        + c.replay.num_shards * c.replay.num_cpus
+        + c.learner.world_size * c.learner.resources_per_rank.get("CPU", 0)
+        + (c.evaluation.num_cpus if c.evaluation.enabled else 0)
+    )
+
+
+def init_ray(*configs: RunConfig) -> None:
+    """Connects to ``RAY_ADDRESS`` if set, else starts an embedded local Ray on loopback.
+
+    The embedded cluster declares at least as many logical CPUs as the actors of all
+    ``configs`` (the runs that will share it) ask for, so a small machine runs the default job
+    or a sweep (the OS shares the real cores).
+    """
+    import ray
+
+    from collector.config import INLINE_WRITE_ENV
+    from services.run.raytools import log_cluster
+
+    if ray.is_initialized():
+        return
+    if os.environ.get("RAY_ADDRESS"):
+        log_cluster(ray.init(namespace="relayrl", log_to_driver=True))
+        return
+    gpus = sum(c.learner.world_size * c.learner.resources_per_rank.get("GPU", 0) for c in configs)
+    # Every process of the embedded cluster inherits the collectors' inline-write limit, so
+    # collectors start in prestarted workers instead of dedicated ones (see collector.group).
+    os.environ.update(INLINE_WRITE_ENV)
+    with own_process_group():  # a signal to the driver's process group spares the cluster
+        context = ray.init(
+            address="local",  # never attach to a `ray start` cluster found on this machine
+            num_cpus=max(os.cpu_count() or 1, math.ceil(sum(logical_cpus(c) for c in configs))),
+            num_gpus=gpus or None,
+            include_dashboard=any(c.ray.dashboard for c in configs),
+            dashboard_host="127.0.0.1",
+            namespace="relayrl",
+            _node_ip_address="127.0.0.1",
+        )
+    log_cluster(context)  # operators point `ray list actors`, `ray status` at the run

@@ -1,7 +1,7 @@
 """The Ray toolbox on a run: the dashboard and the logged addresses (``ray`` config section).
 
-The embedded local Ray (``services.train.init_ray``) starts Ray's dashboard on loopback unless
-``ray.dashboard: false``, so ``ray list actors``, ``ray status``, ``ray memory`` and the
+The embedded local Ray (``services.run.embedded.init_ray``) starts Ray's dashboard on loopback
+unless ``ray.dashboard: false``, so ``ray list actors``, ``ray status``, ``ray memory`` and the
 dashboard itself can be pointed at a running job. At start the run logs the cluster's address
 and the dashboard's URL::
 

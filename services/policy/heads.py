@@ -1,0 +1,76 @@
+"""The deterministic forward of each network family: observation to action scores or action.
+
+:class:`PolicyHead` wraps a trained network in the one forward that ``Policy.act`` takes its
+greedy actions from and that ``services.export`` writes, so the exported file and ``act`` agree
+by construction:
+
+* ``q`` (DQN): Q-values ``[B, n_actions]``; the action is their argmax.
+* ``actor_critic`` (PPO, A2C, REINFORCE): for discrete actions the logits ``[B, n_actions]``
+  (the mode is their argmax); for a ``Box`` the mean ``[B, action_dim]`` clipped to the bounds.
+* ``squashed`` (SAC): the mean action ``center + half_range * tanh(mean)`` in the bounds.
+* ``agents`` (IQL, VDN, QMIX): per-agent Q-values ``[B, n_agents, n_actions]`` from the
+  agents' observations ``[B, n_agents, width]`` (the network appends the agent ids).
+
+Examples:
+    >>> import gymnasium as gym
+    >>> from collector.networks.q_mlp import ModelSpec
+    >>> head = PolicyHead(ModelSpec(4, 2).build(), "q", gym.spaces.Discrete(2))
+    >>> head.output, head.discrete, head(torch.zeros(3, 4)).shape
+    ('q_values', True, torch.Size([3, 2]))
+"""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import numpy as np
+import torch
+from torch import nn
+
+OUTPUTS = {
+    "q": "q_values",
+    "actor_critic": "logits",
+    "squashed": "action",
+    "agents": "q_values",
+}
+
+
+class PolicyHead(nn.Module):
+    """A network's deterministic forward (see the module docstring).
+
+    Args:
+        network: The trained network of the family.
+        family: ``q``, ``actor_critic``, ``squashed`` or ``agents``.
+        action_space: The env's action space (bounds of a ``Box``; discrete or not).
+
+    Attributes:
+        output: What ``forward`` returns: ``q_values``, ``logits`` or ``action``.
+        discrete: Whether actions are the argmax of the output over its last axis.
+    """
+
+    def __init__(self, network: nn.Module, family: str, action_space: gym.Space) -> None:
+        super().__init__()
+        if family not in OUTPUTS:
+            raise ValueError(f"family: must be one of {tuple(OUTPUTS)}, got {family!r}")
+        self.network = network
+        self.family = family
+        self.discrete = isinstance(action_space, gym.spaces.Discrete | gym.spaces.MultiDiscrete)
+        self.output = OUTPUTS[family] if self.discrete or family != "actor_critic" else "action"
+        self.clipped = family == "actor_critic" and not self.discrete
+        if self.clipped:
+            low = torch.as_tensor(np.asarray(action_space.low, np.float32))
+            high = torch.as_tensor(np.asarray(action_space.high, np.float32))
+            self.register_buffer("low", low, persistent=False)
+            self.register_buffer("high", high, persistent=False)
+
+    def forward(self, observation: torch.Tensor) -> torch.Tensor:
+        """Action scores (``q_values``, ``logits``) or the action, batched."""
+        if self.family == "squashed":
+            return self.network.mode(observation)
+        if self.family == "actor_critic":
+            out = self.network(observation)[0]
+            return torch.minimum(torch.maximum(out, self.low), self.high) if self.clipped else out
+        return self.network(observation)
+
+    def actions(self, output: torch.Tensor) -> torch.Tensor:
+        """The deterministic actions of :meth:`forward`'s output."""
+        return output.argmax(dim=-1) if self.discrete else output

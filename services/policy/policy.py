@@ -1,0 +1,193 @@
+""":class:`Policy`: a trained network and its actions, outside Ray (``load_policy`` makes one).
+
+``act`` takes one observation or a batch, numpy or torch, and returns actions of the same kind
+and batch form: deterministic ones from the family's :class:`~services.policy.heads.PolicyHead`
+(greedy Q-values, the mode of a categorical, the mean of a Gaussian within the bounds, SAC's
+squashed mean, each agent's greedy action), or, with ``deterministic=False``, sampled by the
+run's own collector policy (DQN with its final epsilon). Pixel policies also take single frames
+``[H, W]`` (:mod:`services.policy.frames`), multi-agent ones the env wrapper's mapping or one
+step's agent observations (:mod:`services.policy.agents`); both keep what they need between
+steps until :meth:`Policy.reset`.
+"""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import torch
+from torch import nn
+
+from services.policy.agents import AgentFeatures
+from services.policy.frames import FrameStack
+from services.policy.heads import PolicyHead
+
+
+class Policy:
+    """A trained policy: its network on a device, and ``act``.
+
+    Args:
+        network: The trained network (put in eval mode on ``device``).
+        spec: The run's network spec (``family``, ``make_policy``).
+        config: The run's ``RunConfig``.
+        observation_space: The env's observation space.
+        action_space: The env's action space.
+
+    Keyword Args:
+        checkpoint: The checkpoint the weights came from.
+        version: Their model version (optimizer steps).
+        device: Where the network runs.
+        seed: Seeds ``act(..., deterministic=False)``'s sampling (default: the run's seed).
+
+    Attributes:
+        network: The trained ``nn.Module``.
+        head: Its deterministic forward (:class:`~services.policy.heads.PolicyHead`), the
+            module ``services.export`` writes.
+
+    Examples:
+        >>> policy = load_policy("~/relayrl_results/<run id>")  # doctest: +SKIP
+        >>> action = policy.act(observation)  # one observation: one action  # doctest: +SKIP
+        >>> actions = policy.act(observations)  # [B, ...]: [B] actions  # doctest: +SKIP
+    """
+
+    def __init__(
+        self,
+        network: nn.Module,
+        spec,
+        config,
+        observation_space: gym.Space,
+        action_space: gym.Space,
+        *,
+        checkpoint: Path | None = None,
+        version: int = 0,
+        device: str | torch.device = "cpu",
+        seed: int | None = None,
+    ) -> None:
+        self.device = torch.device(device)
+        self.network = network.eval().to(self.device)
+        self.spec = spec
+        self.config = config
+        self.observation_space = observation_space
+        self.action_space = action_space
+        self.checkpoint = checkpoint
+        self.version = version
+        self.family: str = spec.family
+        self.head = PolicyHead(self.network, self.family, action_space).to(self.device).eval()
+        space = observation_space
+        if isinstance(space, gym.spaces.Dict):
+            space = space["observation"]
+        self.observation_shape = tuple(space.shape)
+        self.dtype = torch.uint8 if space.dtype == np.uint8 else torch.float32
+        self.frames = FrameStack(space.shape[0]) if self.dtype == torch.uint8 else None
+        self.agents = None
+        if self.family == "agents":
+            base = getattr(spec, "base", spec)
+            self.agents = AgentFeatures(base.obs_dim, base.num_actions, base.prev_action)
+        self.seed = config.seed if seed is None else seed
+        self._sampler = None
+
+    def __repr__(self) -> str:
+        return (
+            f"Policy({self.config.algorithm}, {self.family}, version {self.version}, "
+            f"{self.device}, checkpoint={str(self.checkpoint) if self.checkpoint else None})"
+        )
+
+    def reset(self) -> None:
+        """A new episode: clears the frame stack and the agents' previous actions."""
+        if self.frames is not None:
+            self.frames.reset()
+        if self.agents is not None:
+            self.agents.reset()
+
+    def forward(self, observation: torch.Tensor) -> torch.Tensor:
+        """The head's output for a batch of tensors (what an exported file computes)."""
+        with torch.inference_mode():
+            return self.head(observation.to(self.device, self.dtype))
+
+    def act(self, observation: Any, deterministic: bool = True):
+        """The action for one observation, or the actions for a batch.
+
+        Args:
+            observation: ``[*obs_shape]`` or ``[B, *obs_shape]``, numpy or torch (a pixel
+                policy also takes one frame ``[H, W]``; a multi-agent one the env wrapper's
+                mapping or ``[n_agents, obs_dim]``).
+            deterministic: Greedy, mode or mean actions; False samples as the run's
+                collectors did (DQN: epsilon-greedy with the final epsilon).
+
+        Returns:
+            ``[*action_shape]`` or ``[B, *action_shape]``: numpy for numpy input, a tensor on
+            the input's device for torch input.
+
+        Raises:
+            ValueError: Naming the shape expected, for an observation of another shape.
+        """
+        as_torch, device = _tensor_kind(observation)
+        observation = self._features(observation)
+        shape = self.observation_shape
+        single = observation.ndim == len(shape)
+        batch = observation[None] if single else observation
+        if batch.ndim != len(shape) + 1 or tuple(batch.shape[1:]) != shape:
+            raise ValueError(
+                f"observation: expected {list(shape)} or [B, {', '.join(map(str, shape))}], "
+                f"got {list(observation.shape)}"
+            )
+        if deterministic:
+            tensor = torch.as_tensor(batch).to(self.device, self.dtype)
+            with torch.inference_mode():
+                actions = self.head.actions(self.head(tensor)).cpu().numpy()
+        else:
+            actions = self._sample(batch)
+        if self.agents is not None and single:
+            self.agents.record(actions[0])
+        actions = actions[0] if single else actions
+        return torch.as_tensor(actions, device=device) if as_torch else actions
+
+    def collector_policy(self, seed: np.random.SeedSequence):
+        """The run's collector policy over this network on the CPU (sampling, evaluation)."""
+        network = self.network if self.device.type == "cpu" else copy.deepcopy(self.network).cpu()
+        return self.spec.make_policy(network, seed)
+
+    def exploration(self) -> dict[str, Any]:
+        """What the collectors explored with at the end of the run (``deterministic=False``)."""
+        from services.config.recipes import algorithm_for
+
+        config = self.config
+        explore = algorithm_for(config).exploration(config, config.controller.total_frames)
+        explore.pop("epsilons", None)
+        return explore
+
+    def _features(self, observation):
+        if self.agents is not None:
+            return self.agents(observation)
+        if isinstance(observation, dict):
+            raise ValueError("observation: a mapping is read by multi-agent policies only")
+        if not isinstance(observation, torch.Tensor):
+            observation = np.asarray(observation)
+        if self.frames is not None and observation.ndim == len(self.observation_shape) - 1:
+            if isinstance(observation, torch.Tensor):
+                observation = observation.cpu().numpy()
+            return self.frames.push(observation)
+        return observation
+
+    def _sample(self, batch) -> np.ndarray:
+        if self._sampler is None:
+            self._sampler = self.collector_policy(np.random.SeedSequence([self.seed, 0x5A3B]))
+        array = batch.cpu().numpy() if isinstance(batch, torch.Tensor) else np.asarray(batch)
+        dtype = np.uint8 if self.dtype == torch.uint8 else np.float32
+        array = np.ascontiguousarray(array, dtype=dtype)
+        if self.agents is not None:
+            array = {"observation": array}
+        with torch.inference_mode():
+            actions, _ = self._sampler.act(array, self.exploration())
+        return np.asarray(actions)
+
+
+def _tensor_kind(observation) -> tuple[bool, torch.device | None]:
+    if isinstance(observation, dict):
+        observation = observation.get("observation")
+    if isinstance(observation, torch.Tensor):
+        return True, observation.device
+    return False, None
