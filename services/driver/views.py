@@ -28,8 +28,6 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 if TYPE_CHECKING:
     from pathlib import Path
 
-    import ray
-
     from collector.group import CollectorGroup
     from collector.networks import NetworkSpec
     from learner.group import LearnerGroup, PendingRound
@@ -42,6 +40,7 @@ if TYPE_CHECKING:
     from services.driver.cadence import CheckpointCadence
     from services.driver.hooks import Hook
     from services.driver.inbox import Inbox
+    from services.driver.inflight import InFlight
     from services.driver.stats import RateMeter, RunCounters
     from services.evaluation.evaluator import EvaluationRunner
 
@@ -120,7 +119,7 @@ class CutView(Protocol):
     replay: ReplayClient | None
     collectors: CollectorGroup | None
     learners: LearnerGroup | None
-    inflight: dict[ray.ObjectRef, int]
+    inflight: InFlight
     pending_round: PendingRound | None
     last_checkpoint: Path | None
 
@@ -147,7 +146,7 @@ class RecoveryView(Protocol):
 
     config: RunConfig
     collectors: CollectorGroup | None
-    inflight: dict[ray.ObjectRef, int]
+    inflight: InFlight
     replay: ReplayClient | None
     shards: list
     last_checkpoint: Path | None

@@ -1,0 +1,190 @@
+"""Per-node aggregation of rollouts: one hub actor per node between the driver and its collectors.
+
+One Ray call costs the driver about as much CPU as a few hundred receipts' worth of counting
+(``docs/benchmarks.md``), so a driver that calls every collector itself saturates long before a
+fleet of a thousand collectors does. Past ``collector.aggregate_min_collectors`` collectors the
+:class:`~collector.group.CollectorGroup` starts a :class:`RolloutHub` on each node that runs
+collectors, and rollouts travel through it:
+
+    driver --submit(orders)--> hub --rollout()--> each collector on its node
+    driver <--collect()------- hub <--receipt---- (every receipt that finished since the last)
+
+The driver sends each hub the rollouts it issued since its last wait in one ``submit`` call and
+keeps one ``collect`` call in flight per hub, which returns every rollout that finished since
+the previous one: under load each Ray call carries many receipts, at low rates a receipt
+travels alone, without waiting for company. Receipts pass through whole and are counted by the
+driver one by one, so frame accounting stays exact; a rollout's error (a dead collector, an env
+error) passes through the same way.
+
+A hub holds no state worth keeping: Ray restarts a dead one (without limit). The rollouts it
+held when it died come back as :class:`RolloutLostError` (not counted, like those of a dead
+collector): the driver learns of it in order, after every receipt the hub had delivered.
+
+Examples:
+    >>> hub = remote_hub("run", 0, node_id)  # doctest: +SKIP
+    >>> order = (0, 3, 256, {"epsilon": 0.1}, None)  # ticket, collector, frames, explore, weights
+    >>> hub.submit.remote([order])  # doctest: +SKIP
+    >>> finished = ray.get(hub.collect.remote())  # [Finished(0, 3, receipt)]  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import itertools
+from collections.abc import Sequence
+
+import ray
+
+from collector.completions import Completions, Finished
+
+# (ticket, collector index, frames, exploration, weights or None)
+Order = tuple[int, int, int, object, object]
+
+
+class RolloutLostError(RuntimeError):
+    """A rollout whose hub died before it returned: not counted (its write may be stored)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class HubDown:
+    """A queue entry: hub ``hub``'s collect failed; every rollout it still held is lost.
+
+    Attributes:
+        hub: The hub's index.
+        error: Why (the failed call's error).
+    """
+
+    hub: int
+    error: BaseException
+
+
+class RolloutHub:
+    """Forwards rollout orders to the collectors of its node and returns receipts in batches.
+
+    Args:
+        run_name: The run id (collectors are ``<run>.collector-<i>`` in namespace ``relayrl``).
+    """
+
+    def __init__(self, run_name: str) -> None:
+        self.run_name = run_name
+        self._collectors: dict[int, ray.actor.ActorHandle] = {}
+        self._done: list[Finished] = []
+        self._ready: asyncio.Event | None = None
+        self._tasks: set[asyncio.Task] = set()
+
+    def _event(self) -> asyncio.Event:
+        if self._ready is None:  # created on the actor's event loop
+            self._ready = asyncio.Event()
+        return self._ready
+
+    def _collector(self, index: int) -> ray.actor.ActorHandle:
+        handle = self._collectors.get(index)
+        if handle is None:  # looked up by name: a restarted hub finds restarted collectors
+            handle = ray.get_actor(f"{self.run_name}.collector-{index}", namespace="relayrl")
+            self._collectors[index] = handle
+        return handle
+
+    async def submit(self, orders: Sequence[Order]) -> int:
+        """Starts each ordered rollout on its collector; returns how many were started."""
+        for ticket, index, frames, explore, weights in orders:
+            ref = self._collector(index).rollout.remote(frames, explore, weights)
+            task = asyncio.ensure_future(self._deliver(ticket, index, ref))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+        return len(orders)
+
+    async def _deliver(self, ticket: int, index: int, ref: ray.ObjectRef) -> None:
+        try:
+            finished = Finished(ticket, index, receipt=await ref)
+        except Exception as err:  # a dead collector, an env error: the driver decides
+            finished = Finished(ticket, index, error=err)
+        self._done.append(finished)
+        self._event().set()
+
+    async def collect(self) -> list[Finished]:
+        """Waits until a rollout finished, then returns every one that finished since last time."""
+        ready = self._event()
+        await ready.wait()
+        ready.clear()
+        done, self._done = self._done, []
+        return done
+
+    def ping(self) -> bool:
+        """Liveness probe."""
+        return True
+
+
+def remote_hub(run_name: str, index: int, node_id: str | None) -> ray.actor.ActorHandle:
+    """Starts hub ``<run>.hub-<index>`` on node ``node_id`` (soft affinity; no CPU reserved)."""
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    strategy = NodeAffinitySchedulingStrategy(node_id, soft=True) if node_id else None
+    return (
+        ray.remote(RolloutHub)
+        .options(
+            name=f"{run_name}.hub-{index}",
+            namespace="relayrl",
+            num_cpus=0,
+            max_restarts=-1,
+            scheduling_strategy=strategy,
+        )
+        .remote(run_name)
+    )
+
+
+class HubDispatch:
+    """The driver's side of the hubs: orders batched per hub, receipts into a queue.
+
+    Args:
+        hubs: Hub actor handles (or actors with the same ``submit`` / ``collect`` methods).
+        hub_of: The hub of each collector, by collector index.
+        completions: Where finished rollouts go.
+    """
+
+    def __init__(self, hubs: Sequence, hub_of: Sequence[int], completions: Completions) -> None:
+        self.hubs = list(hubs)
+        self.hub_of = list(hub_of)
+        self.completions = completions
+        self._orders: list[list[Order]] = [[] for _ in self.hubs]
+        self._tickets = itertools.count()
+        self._collecting = [False] * len(self.hubs)  # a collect call in flight
+        self._closed = False
+
+    def send(self, index: int, frames: int, explore, weights) -> int:
+        """Queues a rollout for collector ``index``; returns its ticket (sent by :meth:`flush`)."""
+        ticket = next(self._tickets)
+        self._orders[self.hub_of[index]].append((ticket, index, frames, explore, weights))
+        return ticket
+
+    def flush(self) -> None:
+        """Sends the queued orders (one call per hub) and keeps a collect in flight per hub."""
+        for hub, orders in enumerate(self._orders):
+            if orders:
+                self._orders[hub] = []
+                ref = self.hubs[hub].submit.remote(orders)
+                ref.future().add_done_callback(lambda fut, o=orders: self._submitted(fut, o))
+            if not self._collecting[hub]:
+                self._collecting[hub] = True
+                ref = self.hubs[hub].collect.remote()
+                ref.future().add_done_callback(lambda fut, h=hub: self._collected(fut, h))
+
+    def _submitted(self, future, orders: list[Order]) -> None:
+        """Runs on Ray's callback thread: orders a dead hub never took come back lost."""
+        error = future.exception()
+        if error is not None and not self._closed:
+            lost = RolloutLostError(f"hub of collector {orders[0][1]} died: {error}")
+            self.completions.put([Finished(o[0], o[1], error=lost) for o in orders])
+
+    def _collected(self, future, hub: int) -> None:
+        """Runs on Ray's callback thread: passes a batch on (a failed collect: a lost hub)."""
+        error = future.exception()
+        if self._closed:
+            return
+        batch = future.result() if error is None else [HubDown(hub, error)]
+        self._collecting[hub] = False  # the driver thread sends the next collect
+        self.completions.put(batch)
+
+    def close(self) -> None:
+        """Stops passing results on (the hubs are about to be killed)."""
+        self._closed = True
