@@ -21,6 +21,7 @@ Examples:
 
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
 import queue
 from collections.abc import Hashable, Sequence
@@ -67,9 +68,15 @@ class Completions:
         """Adds finished rollouts (an empty batch only wakes a waiter)."""
         self._queue.put(batch)
 
-    def watch(self, ref) -> None:
-        """Wakes :meth:`wait` when the Ray reference ``ref`` is ready (its value is not taken)."""
-        ref.future().add_done_callback(lambda _: self._queue.put(WAKE))
+    def watch(self, ref) -> concurrent.futures.Future:
+        """Wakes :meth:`wait` when the Ray reference ``ref`` is ready; returns its future.
+
+        The future's ``done()`` says whether ``ref`` is ready (``ray.wait`` with no timeout does
+        not: it reports an object only once it is local, and nothing fetches it).
+        """
+        future = ref.future()
+        future.add_done_callback(lambda _: self._queue.put(WAKE))
+        return future
 
     def wait(self, timeout: float | None) -> list[Finished]:
         """Waits up to ``timeout`` seconds for anything to finish; returns all that did.

@@ -30,6 +30,7 @@ Examples:
 from __future__ import annotations
 
 import asyncio
+import collections
 import dataclasses
 import itertools
 from collections.abc import Sequence
@@ -146,28 +147,33 @@ class HubDispatch:
         self.hubs = list(hubs)
         self.hub_of = list(hub_of)
         self.completions = completions
-        self._orders: list[list[Order]] = [[] for _ in self.hubs]
+        self._orders: dict[int, list[Order]] = {}  # hub -> orders not sent yet
         self._tickets = itertools.count()
-        self._collecting = [False] * len(self.hubs)  # a collect call in flight
+        # Hubs without a collect call in flight: appended by Ray's callback thread when one
+        # returns, taken by the driver thread (deque appends and pops are thread-safe).
+        self._idle = collections.deque(range(len(self.hubs)))
         self._closed = False
 
     def send(self, index: int, frames: int, explore, weights) -> int:
         """Queues a rollout for collector ``index``; returns its ticket (sent by :meth:`flush`)."""
         ticket = next(self._tickets)
-        self._orders[self.hub_of[index]].append((ticket, index, frames, explore, weights))
+        order = (ticket, index, frames, explore, weights)
+        self._orders.setdefault(self.hub_of[index], []).append(order)
         return ticket
 
     def flush(self) -> None:
-        """Sends the queued orders (one call per hub) and keeps a collect in flight per hub."""
-        for hub, orders in enumerate(self._orders):
-            if orders:
-                self._orders[hub] = []
-                ref = self.hubs[hub].submit.remote(orders)
-                ref.future().add_done_callback(lambda fut, o=orders: self._submitted(fut, o))
-            if not self._collecting[hub]:
-                self._collecting[hub] = True
-                ref = self.hubs[hub].collect.remote()
-                ref.future().add_done_callback(lambda fut, h=hub: self._collected(fut, h))
+        """Sends the queued orders (one call per hub) and keeps a collect in flight per hub.
+
+        Costs the hubs that have orders or a finished collect, not every hub.
+        """
+        orders, self._orders = self._orders, {}
+        for hub, batch in orders.items():
+            ref = self.hubs[hub].submit.remote(batch)
+            ref.future().add_done_callback(lambda fut, b=batch: self._submitted(fut, b))
+        while self._idle:
+            hub = self._idle.popleft()
+            ref = self.hubs[hub].collect.remote()
+            ref.future().add_done_callback(lambda fut, h=hub: self._collected(fut, h))
 
     def _submitted(self, future, orders: list[Order]) -> None:
         """Runs on Ray's callback thread: orders a dead hub never took come back lost."""
@@ -182,7 +188,7 @@ class HubDispatch:
         if self._closed:
             return
         batch = future.result() if error is None else [HubDown(hub, error)]
-        self._collecting[hub] = False  # the driver thread sends the next collect
+        self._idle.append(hub)  # the driver thread sends the next collect
         self.completions.put(batch)
 
     def close(self) -> None:

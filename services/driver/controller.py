@@ -112,6 +112,7 @@ class Controller:
         self.inflight = InFlight(cfg.num_collectors, cfg.max_inflight)  # rollouts by ticket
         self.pending_round: PendingRound | None = None
         self._watched_round: PendingRound | None = None  # wakes wait_and_process when ready
+        self._round_futures: list = []  # its references' futures
         self.stop_requested = False
         self.early_stopping = EarlyStopping.from_config(config.controller)
         self.stop_reason: str | None = None
@@ -178,6 +179,14 @@ class Controller:
                 self.counters.model_version,
                 self.counters.generation,
             )
+        self.begin()
+
+    def begin(self) -> None:
+        """The end of setup, once every service answers: weights out, clocks started.
+
+        Publishes the learners' weights (forced), hands them to every collector, starts the
+        training clock and the progress cadence, then calls the ``setup`` hooks.
+        """
         self.accept_weights(self.learners.publish(), force=True)
         self.collectors.sync_weights(self.weights)
         self.accounting.start()
@@ -313,11 +322,6 @@ class Controller:
         self.weights = weights
         self.counters.published_version = weights.version
 
-    def _round_ready(self) -> bool:
-        refs = list(self.pending_round.refs)
-        ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
-        return len(ready) == len(refs)
-
     def wait_and_process(self, timeout: float) -> bool:
         """Waits for a rollout or the learner round, then counts what finished.
 
@@ -332,13 +336,13 @@ class Controller:
         if not self.inflight and round_ is None:
             return False
         if round_ is not None and round_ is not self._watched_round:
-            for ref in round_.refs:  # its readiness wakes the wait below
-                self.collectors.completions.watch(ref)
+            completions = self.collectors.completions  # its readiness wakes the wait below
+            self._round_futures = [completions.watch(ref) for ref in round_.refs]
             self._watched_round = round_
-        ready = round_ is not None and self._round_ready()
+        ready = round_ is not None and all(f.done() for f in self._round_futures)
         for finished in self.collectors.completed(0 if ready else timeout):
             self._on_rollout(finished)
-        if round_ is not None and (ready or self._round_ready()):
+        if round_ is not None and all(f.done() for f in self._round_futures):
             self._on_round()
         return True
 

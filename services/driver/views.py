@@ -78,9 +78,13 @@ class Counted(Protocol):
 
 @runtime_checkable
 class MetricsHost(Hooked, Protocol):
-    """A run the Prometheus exporter attaches to (its hooks then read :class:`Counted`)."""
+    """A run the Prometheus exporter attaches to (its hooks then read :class:`Counted`).
+
+    At ``setup`` the exporter reads the collectors' nodes (its per-node series).
+    """
 
     config: RunConfig
+    collectors: CollectorGroup | None
 
 
 @runtime_checkable
