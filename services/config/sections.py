@@ -218,10 +218,11 @@ class RaySection:
 
     Attributes:
         dashboard: Start Ray's dashboard on loopback (the state API behind ``ray list``,
-            ``ray summary`` and the web UI needs it); ``false`` saves its start-up time.
+            ``ray summary`` and the web UI needs it). Off by default: a run does not use it,
+            and starting it adds to every run's start-up (``docs/benchmarks.md``).
     """
 
-    dashboard: bool = True
+    dashboard: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
