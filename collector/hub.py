@@ -12,9 +12,10 @@ collectors, and rollouts travel through it:
 The driver sends each hub the rollouts it issued since its last wait in one ``submit`` call and
 keeps one ``collect`` call in flight per hub, which returns every rollout that finished since
 the previous one: under load each Ray call carries many receipts, at low rates a receipt
-travels alone, without waiting for company. Receipts pass through whole and are counted by the
-driver one by one, so frame accounting stays exact; a rollout's error (a dead collector, an env
-error) passes through the same way.
+travels alone, without waiting for company. The rollouts issued on a hub's receipts usually
+leave with its next collect (``exchange``: one call, not two). Receipts pass through whole and are
+counted by the driver one by one, so frame accounting stays exact; a rollout's error (a dead
+collector, an env error) passes through the same way.
 
 A hub holds no state worth keeping: Ray restarts a dead one (without limit). The rollouts it
 held when it died come back as :class:`RolloutLostError` (not counted, like those of a dead
@@ -111,6 +112,11 @@ class RolloutHub:
         done, self._done = self._done, []
         return done
 
+    async def exchange(self, orders: Sequence[Order]) -> list[Finished]:
+        """:meth:`submit` then :meth:`collect` in one call (one driver call instead of two)."""
+        await self.submit(orders)
+        return await self.collect()
+
     def ping(self) -> bool:
         """Liveness probe."""
         return True
@@ -138,7 +144,8 @@ class HubDispatch:
     """The driver's side of the hubs: orders batched per hub, receipts into a queue.
 
     Args:
-        hubs: Hub actor handles (or actors with the same ``submit`` / ``collect`` methods).
+        hubs: Hub actor handles (or actors with the same ``submit``, ``collect`` and
+            ``exchange`` methods).
         hub_of: The hub of each collector, by collector index.
         completions: Where finished rollouts go.
     """
@@ -167,11 +174,18 @@ class HubDispatch:
         Costs the hubs that have orders or a finished collect, not every hub.
         """
         orders, self._orders = self._orders, {}
-        for hub, batch in orders.items():
-            ref = self.hubs[hub].submit.remote(batch)
-            ref.future().add_done_callback(lambda fut, b=batch: self._submitted(fut, b))
+        idle = set()
         while self._idle:
-            hub = self._idle.popleft()
+            idle.add(self._idle.popleft())
+        for hub, batch in orders.items():
+            if hub in idle:  # its next collect carries the orders: one call, not two
+                idle.discard(hub)
+                ref = self.hubs[hub].exchange.remote(batch)
+                ref.future().add_done_callback(lambda fut, h=hub: self._collected(fut, h))
+            else:
+                ref = self.hubs[hub].submit.remote(batch)
+                ref.future().add_done_callback(lambda fut, b=batch: self._submitted(fut, b))
+        for hub in idle:
             ref = self.hubs[hub].collect.remote()
             ref.future().add_done_callback(lambda fut, h=hub: self._collected(fut, h))
 

@@ -11,4 +11,8 @@ Subcommands (each prints progress to stderr and one JSON object as its last line
     * ``soak``: faults injected on a schedule (:mod:`services.bench.soak`).
     * ``checkpoint``: cut and restore times of a run holding 1 M transitions
       (:mod:`services.bench.checkpoint`).
+    * ``scale``: the production driver against simulated fleets of 10, 100 and 1,000
+      collectors: receipts/s, driver CPU per receipt, loop latency, exact frames
+      (:mod:`services.bench.scale`; the simulated services: :mod:`services.bench.simulated`,
+      their actors :mod:`services.bench.simfleet`).
 """

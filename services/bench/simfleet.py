@@ -174,6 +174,11 @@ class SimNode:
         done, self._done = self._done, []
         return done
 
+    async def exchange(self, orders) -> list[Finished]:
+        """``submit`` then ``collect`` in one call."""
+        await self.submit(orders)
+        return await self.collect()
+
     # -- a collector's calls ---------------------------------------------------------------
     async def rollout(self, index: int, frames: int, explore=None, weights=None) -> TimedReceipt:
         """One rollout of collector ``index`` (the direct path)."""
