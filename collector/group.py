@@ -12,7 +12,7 @@ import ray
 from collector.completions import Completions, Finished
 from collector.config import INLINE_WRITE_ENV, inherits_inline_writes
 from collector.dispatch import DirectDispatch
-from collector.hub import HubDispatch, HubDown, RolloutLostError, remote_hub
+from collector.hub import HubDispatch, HubDown, RolloutLostError, start_hubs
 from collector.restarts import DeathLedger
 
 logger = logging.getLogger(__name__)
@@ -186,10 +186,7 @@ class CollectorGroup:
         ray.get([a.ping.remote() for a in self.actors], timeout=timeout)
         self.nodes = ray.get([a.node_id.remote() for a in self.actors], timeout=timeout)
         if self.aggregate and not self.hubs:
-            nodes = list(dict.fromkeys(self.nodes))
-            hubs = [remote_hub(self.run_name, i, node) for i, node in enumerate(nodes)]
-            ray.get([hub.ping.remote() for hub in hubs], timeout=timeout)
-            self.use_hubs(hubs, [nodes.index(node) for node in self.nodes])
+            self.use_hubs(*start_hubs(self.run_name, self.nodes, timeout))
 
     def use_hubs(self, hubs: Sequence, hub_of: Sequence[int]) -> None:
         """Sends rollouts through ``hubs`` (collector ``i`` through ``hubs[hub_of[i]]``)."""
@@ -207,12 +204,10 @@ class CollectorGroup:
     def rollout(self, index: int, frames: int, explore=None, weights=None) -> Hashable:
         """Starts a rollout on collector ``index``; returns its ticket.
 
-        The ticket is the receipt's ``ObjectRef`` when rollouts go straight to the collectors,
-        an integer when they go through hubs (``aggregate``); either way the rollout's outcome
-        comes back from :meth:`completed` under it. Through hubs, rollouts leave at the next
-        :meth:`flush` (:meth:`completed` flushes first). The newest weights seen (``weights``
-        or earlier ones) travel with the call only if the collector is behind (or is recovering
-        from a death).
+        The ticket is the receipt's ``ObjectRef`` without hubs, an integer with them (they
+        leave at the next :meth:`flush`, which :meth:`completed` does first); the outcome comes
+        back from :meth:`completed` under it. The newest weights seen (``weights`` or earlier)
+        travel with the call only if the collector is behind (or recovering from a death).
 
         Raises:
             CollectorsPausedError: While the group is paused.
@@ -265,9 +260,15 @@ class CollectorGroup:
         return finished
 
     def _hub_down(self, down: HubDown) -> list[Finished]:
-        """Every rollout a dead hub held is lost: its collector gets the newest weights again."""
+        """Every rollout sent to a dead hub is lost: its collector gets the newest weights again."""
         logger.warning("collector hub-%d died (%s); Ray restarts it", down.hub, down.error)
-        lost = [t for t, i in self._pending.items() if self.dispatch.hub_of[i] == down.hub]
+        self.dispatch.hub_down(down.hub)
+        held = self.dispatch.held(down.hub)  # not sent yet: they wait for the restarted hub
+        lost = [
+            ticket
+            for ticket, index in self._pending.items()
+            if self.dispatch.hub_of[index] == down.hub and ticket not in held
+        ]
         error = RolloutLostError(f"hub-{down.hub} died with the rollout in flight: {down.error}")
         finished = []
         for ticket in lost:

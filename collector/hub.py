@@ -140,6 +140,18 @@ def remote_hub(run_name: str, index: int, node_id: str | None) -> ray.actor.Acto
     )
 
 
+def start_hubs(run_name: str, nodes: Sequence[str | None], timeout: float) -> tuple[list, list]:
+    """One hub per node of ``nodes`` (each collector's node), once each answers.
+
+    Returns:
+        The hubs, and the index of each collector's hub.
+    """
+    index = {node: i for i, node in enumerate(dict.fromkeys(nodes))}
+    hubs = [remote_hub(run_name, i, node) for node, i in index.items()]
+    ray.get([hub.ping.remote() for hub in hubs], timeout=timeout)
+    return hubs, [index[node] for node in nodes]
+
+
 class HubDispatch:
     """The driver's side of the hubs: orders batched per hub, receipts into a queue.
 
@@ -159,6 +171,7 @@ class HubDispatch:
         # Hubs without a collect call in flight: appended by Ray's callback thread when one
         # returns, taken by the driver thread (deque appends and pops are thread-safe).
         self._idle = collections.deque(range(len(self.hubs)))
+        self._down: set[int] = set()  # hubs being restarted: their orders wait
         self._closed = False
 
     def send(self, index: int, frames: int, explore, weights) -> int:
@@ -174,6 +187,8 @@ class HubDispatch:
         Costs the hubs that have orders or a finished collect, not every hub.
         """
         orders, self._orders = self._orders, {}
+        for hub in self._down & orders.keys():  # held until the hub answers again
+            self._orders[hub] = orders.pop(hub)
         idle = set()
         while self._idle:
             idle.add(self._idle.popleft())
@@ -201,9 +216,29 @@ class HubDispatch:
         error = future.exception()
         if self._closed:
             return
-        batch = future.result() if error is None else [HubDown(hub, error)]
+        if error is not None:
+            self._down.add(hub)  # no collect until it answers (see hub_down)
+            self.completions.put([HubDown(hub, error)])
+            return
         self._idle.append(hub)  # the driver thread sends the next collect
-        self.completions.put(batch)
+        self.completions.put(future.result())
+
+    def held(self, hub: int) -> set[int]:
+        """Tickets queued for ``hub`` and not sent yet."""
+        return {order[0] for order in self._orders.get(hub, ())}
+
+    def hub_down(self, hub: int) -> None:
+        """The driver took a :class:`HubDown`: probe the hub until Ray has restarted it.
+
+        Meanwhile its orders wait; once it answers, collects and orders flow again.
+        """
+        ref = self.hubs[hub].ping.options(max_task_retries=-1).remote()
+        ref.future().add_done_callback(lambda _: self._back(hub))
+
+    def _back(self, hub: int) -> None:
+        self._down.discard(hub)
+        self._idle.append(hub)
+        self.completions.put(())  # wakes the driver: held orders can leave
 
     def close(self) -> None:
         """Stops passing results on (the hubs are about to be killed)."""
