@@ -62,24 +62,6 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-# Modules every worker process of the embedded cluster imports as it starts (Ray's
-# ``preload_python_modules``). The raylet prestarts one worker per logical CPU while the
-# cluster starts, and an actor placed on one of them finds torch imported instead of importing
-# it on the run's critical path (the actor processes' torch import was most of the start-up).
-PRELOAD_MODULES = ("torch",)
-
-
-def actor_count(config: RunConfig) -> int:
-    """Actors a run starts: collectors, replay shards, learner ranks, the evaluator."""
-    c = config
-    return (
-        c.collector.num_collectors
-        + c.replay.num_shards
-        + c.learner.world_size
-        + (1 if c.evaluation.enabled else 0)
-    )
-
-
 def logical_cpus(config: RunConfig) -> float:
     """Logical CPUs the run's actors ask for."""
     c = config
@@ -96,9 +78,8 @@ def init_ray(*configs: RunConfig) -> None:
 
     The embedded cluster declares at least as many logical CPUs as the actors of all
     ``configs`` (the runs that will share it) ask for, so a small machine runs the default job
-    or a sweep (the OS shares the real cores), and at least one per actor: Ray prestarts a
-    worker process per logical CPU as the cluster starts, each importing
-    :data:`PRELOAD_MODULES`, so every actor starts in a worker that has torch already.
+    or a sweep (the OS shares the real cores). Its dashboard starts only with
+    ``ray.dashboard: true`` (a run does not use it, and it adds to every start-up).
     """
     if ray.is_initialized():
         return
@@ -112,17 +93,12 @@ def init_ray(*configs: RunConfig) -> None:
     with own_process_group():  # a signal to the driver's process group spares the cluster
         context = ray.init(
             address="local",  # never attach to a `ray start` cluster found on this machine
-            num_cpus=max(
-                os.cpu_count() or 1,
-                math.ceil(sum(logical_cpus(c) for c in configs)),
-                sum(actor_count(c) for c in configs),
-            ),
+            num_cpus=max(os.cpu_count() or 1, math.ceil(sum(logical_cpus(c) for c in configs))),
             num_gpus=gpus or None,
             include_dashboard=any(c.ray.dashboard for c in configs),
             dashboard_host="127.0.0.1",
             namespace="relayrl",
             _node_ip_address="127.0.0.1",
-            _system_config={"preload_python_modules": list(PRELOAD_MODULES)},
         )
     log_cluster(context)  # operators point `ray list actors`, `ray status` at the run
 

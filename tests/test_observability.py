@@ -57,6 +57,8 @@ def dashboard_series() -> set[str]:
 def scrape_at_start(process, port: int, found: dict) -> None:
     """Scrapes once the run is prepared (its exporter attached), before its actors start."""
     for line in process.stderr:
+        if "relayrl: Ray at" in line:
+            found["ray"] = line
         if "relayrl: run id" in line and "scrape" not in found:
             found["scrape"] = scrape(port)
             found["run"] = line.split("run id ")[1].split()[0]
@@ -102,6 +104,7 @@ def test_scrapes_during_a_run_then_plot(tmp_path, free_port):
         process.kill()
         reader.join(timeout=60)
     assert len(scrapes) == 2, "".join(lines[-5:])
+    assert "dashboard off" in at_start["ray"]  # not started: a run does not use it
     # Every series a dashboard panel reads exists from the start, at 0 (the last checkpoint's
     # timestamp starts at the run's start), so no panel shows "No data".
     first_scrape = at_start["scrape"]
