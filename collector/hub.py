@@ -43,6 +43,10 @@ from collector.completions import Completions, Finished
 # (ticket, collector index, frames, exploration, weights or None)
 Order = tuple[int, int, int, object, object]
 
+# Seconds a collect waits after the first rollout finished, for company: each driver call then
+# carries more receipts, for a delay that is small against a rollout's time.
+LINGER_S = 0.002
+
 
 class RolloutLostError(RuntimeError):
     """A rollout whose hub died before it returned: not counted (its write may be stored)."""
@@ -80,6 +84,11 @@ class RolloutHub:
             self._ready = asyncio.Event()
         return self._ready
 
+    def _finished(self, finished: Finished) -> None:
+        """A rollout finished: kept for the next :meth:`collect`."""
+        self._done.append(finished)
+        self._event().set()
+
     def _collector(self, index: int) -> ray.actor.ActorHandle:
         handle = self._collectors.get(index)
         if handle is None:  # looked up by name: a restarted hub finds restarted collectors
@@ -101,13 +110,16 @@ class RolloutHub:
             finished = Finished(ticket, index, receipt=await ref)
         except Exception as err:  # a dead collector, an env error: the driver decides
             finished = Finished(ticket, index, error=err)
-        self._done.append(finished)
-        self._event().set()
+        self._finished(finished)
 
     async def collect(self) -> list[Finished]:
-        """Waits until a rollout finished, then returns every one that finished since last time."""
+        """Waits until a rollout finished, then returns every one that finished since last time.
+
+        After the first, it waits ``LINGER_S`` for more.
+        """
         ready = self._event()
         await ready.wait()
+        await asyncio.sleep(LINGER_S)
         ready.clear()
         done, self._done = self._done, []
         return done

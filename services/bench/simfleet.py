@@ -29,6 +29,7 @@ import numpy as np
 import ray
 
 from collector.completions import Finished
+from collector.hub import RolloutHub
 from collector.receipts import RolloutReceipt
 from learner.receipts import StepReceipt
 from replay.receipts import WriteReceipt
@@ -64,8 +65,11 @@ class Program:
     seed: int = 0
 
 
-class SimNode:
+class SimNode(RolloutHub):
     """Logical collectors ``first .. first + count - 1`` and their hub, in one actor.
+
+    The hub's side is the production :class:`~collector.hub.RolloutHub`'s (``collect``,
+    ``exchange``); only ``submit`` schedules the rollouts here instead of calling collectors.
 
     Args:
         first: Index of its first collector.
@@ -74,6 +78,7 @@ class SimNode:
     """
 
     def __init__(self, first: int, count: int, program: Program) -> None:
+        super().__init__(f"simnode-{first}")
         self.first, self.program = first, program
         self.rng = np.random.default_rng([program.seed, first])
         self.busy_until = [0.0] * count
@@ -83,16 +88,14 @@ class SimNode:
         self.delivered = {"rollouts": 0, "frames": 0, "stale_weights": 0}
         self._due: list = []  # (time, order, item)
         self._order = itertools.count()
-        self._done: list[Finished] = []
         self._wake: asyncio.Event | None = None
-        self._ready: asyncio.Event | None = None
         self._clock: asyncio.Task | None = None
 
-    def _events(self) -> tuple[asyncio.Event, asyncio.Event]:
+    def _wake_clock(self) -> None:
         if self._clock is None:  # created on the actor's event loop
-            self._wake, self._ready = asyncio.Event(), asyncio.Event()
+            self._wake = asyncio.Event()
             self._clock = asyncio.ensure_future(self._run_clock())
-        return self._wake, self._ready
+        self._wake.set()
 
     def _schedule(self, item, index: int, frames: int, weights) -> None:
         local = index - self.first
@@ -105,7 +108,7 @@ class SimNode:
         start = max(time.time(), self.busy_until[local])
         self.busy_until[local] = finish = start + self.program.rollout_s * spread
         heapq.heappush(self._due, (finish, next(self._order), item, index, frames))
-        self._events()[0].set()
+        self._wake_clock()
 
     def _receipt(self, index: int, frames: int, finished_at: float) -> TimedReceipt:
         local = index - self.first
@@ -136,7 +139,7 @@ class SimNode:
         )
 
     async def _run_clock(self) -> None:
-        wake, ready = self._wake, self._ready
+        wake = self._wake
         while True:
             if not self._due:
                 await wake.wait()
@@ -155,9 +158,7 @@ class SimNode:
                 if isinstance(item, asyncio.Future):
                     item.set_result(receipt)
                 else:
-                    self._done.append(Finished(item, index, receipt=receipt))
-            if self._done:
-                ready.set()
+                    self._finished(Finished(item, index, receipt=receipt))
 
     # -- the hub's calls -------------------------------------------------------------------
     async def submit(self, orders) -> int:
@@ -165,19 +166,6 @@ class SimNode:
         for ticket, index, frames, _, weights in orders:
             self._schedule(ticket, index, frames, weights)
         return len(orders)
-
-    async def collect(self) -> list[Finished]:
-        """Every rollout finished since the last call (waits for one)."""
-        ready = self._events()[1]
-        await ready.wait()
-        ready.clear()
-        done, self._done = self._done, []
-        return done
-
-    async def exchange(self, orders) -> list[Finished]:
-        """``submit`` then ``collect`` in one call."""
-        await self.submit(orders)
-        return await self.collect()
 
     # -- a collector's calls ---------------------------------------------------------------
     async def rollout(self, index: int, frames: int, explore=None, weights=None) -> TimedReceipt:
@@ -202,10 +190,6 @@ class SimNode:
     def stats(self) -> dict:
         """Rollouts and frames delivered, and older weights ignored."""
         return dict(self.delivered)
-
-    def ping(self) -> bool:
-        """Liveness probe."""
-        return True
 
     def node_id(self) -> str:
         """A name for this simulated node."""
