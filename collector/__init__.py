@@ -31,7 +31,14 @@ Layout:
       ``(generation, version)``), ``delivery`` (:class:`~collector.delivery.ReplayWriter`:
       writer id, sequence numbers, sending, acknowledgement with failover to the next shard),
       ``control`` (:class:`~collector.control.PauseBarrier` and the saved-state format);
-      ``group``: :class:`CollectorGroup`.
+      ``group``: :class:`CollectorGroup`; ``restarts`` (:class:`~collector.restarts.DeathLedger`:
+      which failed rollouts are new deaths, pure).
+    * ``completions``: finished rollouts as a queue fed by Ray's callbacks
+      (:class:`~collector.completions.Completions`, :class:`~collector.completions.Finished`),
+      so the driver pays for what finished, not for what is in flight; ``dispatch``: one
+      driver call per rollout (:class:`~collector.dispatch.DirectDispatch`); ``hub``: one
+      :class:`~collector.hub.RolloutHub` per node batching orders and receipts both ways
+      (``collector.aggregate_min_collectors``).
     * ``rig``: the raw single-process loop and the collector rig that benchmarks set side by
       side (``collector.bench``, ``services.bench atari``), for any env and network spec.
     * ``bench``: ``python -m collector.bench``, collectors against the raw env + policy loop.
@@ -91,7 +98,7 @@ writer id (so they can never be mistaken for retries of writes the shard already
 
 Restarts. Ray restarts a dead collector (``max_restarts``) from its constructor: new writer id,
 sequence numbers from 0, initial weights. The driver calls :meth:`CollectorGroup.mark_dead`
-with the failed rollout's reference; the group counts one restart per death (not per lost
+with the failed rollout's ticket; the group counts one restart per death (not per lost
 rollout) and re-sends the newest weights with the collector's next rollouts.
 
 Faults inside a collector: a replay write its shard cannot take (dead or restarting) goes to the
@@ -125,6 +132,9 @@ _EXPORTS = {
     "CollectorConfig": "collector.config",
     "CollectorGroup": "collector.group",
     "CollectorsPausedError": "collector.group",
+    "Completions": "collector.completions",
+    "Finished": "collector.completions",
+    "RolloutHub": "collector.hub",
     "EpsilonGreedy": "collector.networks.q_mlp",
     "ModelSpec": "collector.networks.q_mlp",
     "NStepBuffer": "collector.nstep",

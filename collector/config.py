@@ -50,6 +50,11 @@ class CollectorConfig:
             Larger rollouts amortize per-call costs (``python -m collector.bench``; figures in
             ``docs/benchmarks.md``); smaller ones give fresher weights and finer pacing.
         max_inflight: Rollout calls kept in flight per collector.
+        aggregate_min_collectors: From this many collectors on, rollouts and their receipts
+            travel through one aggregating actor per node (``collector.hub``), batched both
+            ways, instead of one driver call per rollout (0: never). A driver call costs the
+            driver far more than counting a receipt, so large fleets need it; small ones save
+            the extra hop and process.
         frame_skip: Emulator frames per agent step, for frame counting only (set it to the
             env's own frame skip, e.g. 4 for ALE; relayrl does not repeat actions).
         n_step: Steps per transition window, built collector-side (1: one-step transitions).
@@ -86,6 +91,7 @@ class CollectorConfig:
     # Rollouts
     rollout_frames: int = 256
     max_inflight: int = 2
+    aggregate_min_collectors: int = 16
     frame_skip: int = 1
     n_step: int = 3
     gamma: float = 0.99
@@ -145,6 +151,12 @@ class CollectorConfig:
                 self.rollout_frames,
             ),
             (self.max_inflight >= 1, "max_inflight", "must be >= 1", self.max_inflight),
+            (
+                self.aggregate_min_collectors >= 0,
+                "aggregate_min_collectors",
+                "must be >= 0 (0: never aggregate)",
+                self.aggregate_min_collectors,
+            ),
             (self.frame_skip >= 1, "frame_skip", "must be >= 1", self.frame_skip),
             (self.n_step >= 1, "n_step", "must be >= 1", self.n_step),
             (0 <= self.gamma <= 1, "gamma", "must be in [0, 1]", self.gamma),
@@ -195,6 +207,11 @@ class CollectorConfig:
         for ok, field, rule, value in checks:
             if not ok:
                 raise ValueError(f"{field}: {rule}, got {value!r}")
+
+    @property
+    def aggregate(self) -> bool:
+        """Whether rollouts travel through per-node hubs (``aggregate_min_collectors``)."""
+        return 0 < self.aggregate_min_collectors <= self.num_collectors
 
     def apex_epsilons(self) -> tuple[float, ...]:
         """Ape-X's per-collector epsilons ``eps ** (1 + alpha * i / (N - 1))``.

@@ -2,25 +2,24 @@
 
 from __future__ import annotations
 
-import collections
 import logging
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from typing import Any
 
 import ray
 
-from collector.actor import CONCURRENCY_GROUPS, ROLLOUT_CONCURRENCY, Collector
+from collector.completions import Completions, Finished
 from collector.config import INLINE_WRITE_ENV, inherits_inline_writes
+from collector.dispatch import DirectDispatch
+from collector.hub import HubDispatch, HubDown, RolloutLostError, start_hubs
+from collector.restarts import DeathLedger
 
 logger = logging.getLogger(__name__)
 
 # Longest wait for a collector's control call (state, versions, restore): every remote call the
 # driver waits on has a timeout, so a stuck collector fails the call instead of hanging the run.
 CONTROL_TIMEOUT_S = 300.0
-
-# Recent rollouts whose issue-time death count is remembered (for mark_dead's dedup).
-ISSUED_MEMORY = 4096
 
 
 class CollectorsPausedError(RuntimeError):
@@ -44,6 +43,8 @@ def remote_collector(
     for this actor's process only). ``run_name`` is the run id; ``scheduling_strategy`` (e.g. a
     bundle of the run's placement group) defaults to Ray's.
     """
+    from collector.actor import CONCURRENCY_GROUPS, ROLLOUT_CONCURRENCY, Collector  # torch
+
     actor_cls = ray.remote(
         max_concurrency=ROLLOUT_CONCURRENCY, concurrency_groups=CONCURRENCY_GROUPS
     )(Collector).options(
@@ -66,10 +67,15 @@ class CollectorGroup:
     are not counted by the driver, which calls :meth:`mark_dead`; the group then re-sends the
     newest weights it has seen with that collector's next rollout.
 
+    Rollouts: :meth:`rollout` returns a ticket, :meth:`completed` the rollouts that finished
+    (:class:`~collector.completions.Finished`, each once, under its ticket), at a cost that does
+    not grow with the rollouts in flight. With ``aggregate`` they travel through one
+    :class:`~collector.hub.RolloutHub` per node, batched both ways (``collector.dispatch``).
+
     Pause barrier: :meth:`pause` refuses new rollouts, waits until every rollout this group
     started has finished (a finished rollout's write is acknowledged: receipts come back only
-    after their writes), then pauses each actor; :meth:`resume` undoes it. The driver should
-    drain the receipts of the refs it holds after :meth:`pause` returns.
+    after their writes), then pauses each actor; :meth:`resume` undoes it. Rollouts that
+    finished meanwhile come back from the next :meth:`completed`.
 
     Args:
         run_name: The run id, used in actor names.
@@ -91,10 +97,13 @@ class CollectorGroup:
         frame_stack: Write frame streams for a frame-deduplicated replay (0: off).
         scheduling: One scheduling strategy per collector (e.g. bundles of the run's placement
             group); None entries or None: Ray's default. A restarted collector keeps its own.
+        aggregate: Send rollouts through one hub per node (started by :meth:`wait_ready`).
 
     Examples:
         >>> group = CollectorGroup("run", 2, "CartPole-v1", 8, spec, shards, 0)  # doctest: +SKIP
         >>> receipt = ray.get(group.rollout(0, 1024, {"epsilon": 0.1}))  # doctest: +SKIP
+        >>> ticket = group.rollout(1, 1024, {"epsilon": 0.1})  # doctest: +SKIP
+        >>> [finished] = group.completed(timeout=60)  # finished.ticket == ticket  # doctest: +SKIP
         >>> group.pause(); states = group.state_dicts(); group.resume()  # doctest: +SKIP
     """
 
@@ -117,6 +126,7 @@ class CollectorGroup:
         transform=None,
         frame_stack: int = 0,
         scheduling: Sequence | None = None,
+        aggregate: bool = False,
     ) -> None:
         scheduling = list(scheduling) if scheduling is not None else [None] * num_collectors
         self.actors = [
@@ -140,28 +150,48 @@ class CollectorGroup:
             )
             for i in range(num_collectors)
         ]
+        self._init_state(run_name, aggregate=aggregate)
+
+    def _init_state(self, run_name: str, *, aggregate: bool = False) -> None:
+        """The group's bookkeeping over ``self.actors`` (shared with simulated groups)."""
+        num_collectors = len(self.actors)
+        self.run_name = run_name
+        self.aggregate = aggregate
         # (generation, version) each collector is known to hold; reset when one dies.
         self.known_versions = [(-1, -1)] * num_collectors
         self.weights = None  # the newest PublishedWeights seen
-        self.restarts = 0
         self.nodes: list[str | None] = [None] * num_collectors  # Ray node ids, for messages
         self.paused = False
-        self._inflight: set[ray.ObjectRef] = set()
-        # Restart accounting. Ray fails every rollout sent to a collector between its death and
-        # its restart, so one death shows up as several failures. A failure counts a new death
-        # only if its rollout was issued after the collector had answered again since the last
-        # recorded death; until it has, rollouts carry the newest weights unconditionally.
-        self._deaths = [0] * num_collectors
-        self._recovering: list[list[ray.ObjectRef] | None] = [None] * num_collectors
-        self._issued: collections.OrderedDict[bytes, int] = collections.OrderedDict()
+        self.completions = Completions()
+        self.dispatch = DirectDispatch(self.actors, self.completions)
+        self.hubs: list = []  # per-node RolloutHub actors (aggregate)
+        self._pending: dict[Hashable, int] = {}  # tickets of unfinished rollouts -> collector
+        self._taken: list[Finished] = []  # finished while pausing, for the next completed()
+        self.deaths = DeathLedger(num_collectors)
+
+    @property
+    def restarts(self) -> int:
+        """Collector deaths recorded (each restarted by Ray), not lost rollouts."""
+        return self.deaths.restarts
 
     def __len__(self) -> int:
         return len(self.actors)
 
     def wait_ready(self, timeout: float = 120.0) -> None:
-        """Blocks until every collector answers (envs built, policy ready); notes their nodes."""
+        """Blocks until every collector answers (envs built, policy ready); notes their nodes.
+
+        With ``aggregate``, then starts one :class:`~collector.hub.RolloutHub` per node that
+        runs collectors, and rollouts travel through them from here on.
+        """
         ray.get([a.ping.remote() for a in self.actors], timeout=timeout)
         self.nodes = ray.get([a.node_id.remote() for a in self.actors], timeout=timeout)
+        if self.aggregate and not self.hubs:
+            self.use_hubs(*start_hubs(self.run_name, self.nodes, timeout))
+
+    def use_hubs(self, hubs: Sequence, hub_of: Sequence[int]) -> None:
+        """Sends rollouts through ``hubs`` (collector ``i`` through ``hubs[hub_of[i]]``)."""
+        self.hubs = list(hubs)
+        self.dispatch = HubDispatch(self.hubs, hub_of, self.completions)
 
     def _remember(self, weights) -> None:
         if weights is not None and (
@@ -171,11 +201,13 @@ class CollectorGroup:
         ):
             self.weights = weights
 
-    def rollout(self, index: int, frames: int, explore=None, weights=None) -> ray.ObjectRef:
-        """Starts a rollout on collector ``index``; returns the reference of its receipt.
+    def rollout(self, index: int, frames: int, explore=None, weights=None) -> Hashable:
+        """Starts a rollout on collector ``index``; returns its ticket.
 
-        The newest weights seen (``weights`` or earlier ones) travel with the call only if the
-        collector is behind (or is recovering from a death).
+        The ticket is the receipt's ``ObjectRef`` without hubs, an integer with them (they
+        leave at the next :meth:`flush`, which :meth:`completed` does first); the outcome comes
+        back from :meth:`completed` under it. The newest weights seen (``weights`` or earlier)
+        travel with the call only if the collector is behind (or recovering from a death).
 
         Raises:
             CollectorsPausedError: While the group is paused.
@@ -184,67 +216,90 @@ class CollectorGroup:
             raise CollectorsPausedError("collectors are paused; call resume() first")
         self._remember(weights)
         weights = self.weights
-        recovering = self._recovering[index] is not None and not self._recovered(index)
+        recovering = self.deaths.recovering(index)
         if weights is not None:
             key = (weights.generation, weights.version)
             if self.known_versions[index] >= key and not recovering:
                 weights = None
             else:
                 self.known_versions[index] = key
-        ref = self.actors[index].rollout.remote(frames, explore, weights)
-        if len(self._inflight) >= 4 * len(self.actors):
-            self._prune()
-        self._inflight.add(ref)
-        self._issued[ref.binary()] = self._deaths[index] - 1 if recovering else self._deaths[index]
-        if len(self._issued) > ISSUED_MEMORY:
-            self._issued.popitem(last=False)
-        if recovering:
-            self._recovering[index].append(ref)
-        return ref
+        ticket = self.dispatch.send(index, frames, explore, weights)
+        self._pending[ticket] = index
+        self.deaths.issued(ticket, index)
+        return ticket
 
-    def _recovered(self, index: int) -> bool:
-        """Whether a rollout issued since collector ``index``'s last recorded death came back."""
-        refs = self._recovering[index]
-        ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
-        for ref in ready:
-            refs.remove(ref)
-            try:
-                ray.get(ref)
-            except ray.exceptions.RayActorError:
+    def flush(self) -> None:
+        """Sends the rollouts queued for hubs (nothing to do without hubs)."""
+        self.dispatch.flush()
+
+    def completed(self, timeout: float | None = 0) -> list[Finished]:
+        """Rollouts that finished: waits up to ``timeout`` seconds for the first one.
+
+        Costs what finished, not what is in flight. Each rollout comes back once, as a
+        :class:`~collector.completions.Finished` under its ticket: a receipt, or the error that
+        lost it (a dead collector, an env error, a lost hub).
+        """
+        if self._taken:
+            taken, self._taken = self._taken, []
+            return taken + self._take(0)
+        return self._take(timeout)
+
+    def _take(self, timeout: float | None) -> list[Finished]:
+        self.dispatch.flush()
+        finished = []
+        for item in self.completions.wait(timeout):
+            if isinstance(item, HubDown):
+                finished += self._hub_down(item)
                 continue
-            except Exception:  # any answer but a dead actor's means it is back
-                pass
-            self._recovering[index] = None
-            return True
-        return False
+            index = self._pending.pop(item.ticket, None)
+            if index is None:
+                continue  # already given up for lost with its hub
+            dead = isinstance(item.error, ray.exceptions.RayActorError)
+            self.deaths.answered(index, item.ticket, dead=dead)  # any other answer: it is back
+            finished.append(item)
+        return finished
 
-    def _prune(self) -> None:
-        refs = list(self._inflight)
-        done, _ = ray.wait(refs, num_returns=len(refs), timeout=0, fetch_local=False)
-        self._inflight.difference_update(done)
+    def _hub_down(self, down: HubDown) -> list[Finished]:
+        """Every rollout sent to a dead hub is lost: its collector gets the newest weights again."""
+        logger.warning("collector hub-%d died (%s); Ray restarts it", down.hub, down.error)
+        self.dispatch.hub_down(down.hub)
+        held = self.dispatch.held(down.hub)  # not sent yet: they wait for the restarted hub
+        lost = [
+            ticket
+            for ticket, index in self._pending.items()
+            if self.dispatch.hub_of[index] == down.hub and ticket not in held
+        ]
+        error = RolloutLostError(f"hub-{down.hub} died with the rollout in flight: {down.error}")
+        finished = []
+        for ticket in lost:
+            index = self._pending.pop(ticket)
+            self.known_versions[index] = (-1, -1)
+            finished.append(Finished(ticket, index, error=error))
+        return finished
 
     def inflight(self) -> int:
         """Rollouts started by this group that have not finished (succeeded or failed)."""
-        self._prune()
-        return len(self._inflight)
+        self._taken += self._take(0)
+        return len(self._pending)
 
     def pause(self, timeout: float | None = None) -> None:
         """The pause barrier: returns with no rollout in flight and every write acknowledged.
 
         New :meth:`rollout` calls are refused until :meth:`resume`. Rollouts that fail (a
-        collector died) count as finished; their frames were never counted.
+        collector died) count as finished; their frames were never counted. Rollouts that
+        finish meanwhile are kept for the next :meth:`completed`.
 
         Raises:
             TimeoutError: If rollouts are still running after ``timeout`` seconds (the group
                 stays paused; call :meth:`pause` again or :meth:`resume`).
         """
         self.paused = True
-        refs = list(self._inflight)
-        if refs:
-            done, _ = ray.wait(refs, num_returns=len(refs), timeout=timeout, fetch_local=False)
-            self._inflight.difference_update(done)
-            if self._inflight:
-                raise TimeoutError(f"{len(self._inflight)} rollouts still in flight")
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self._pending:
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                raise TimeoutError(f"{len(self._pending)} rollouts still in flight")
+            self._taken += self._take(left)
         self._each_actor("pause", timeout)
 
     def resume(self) -> None:
@@ -302,7 +357,7 @@ class CollectorGroup:
             if missing:
                 time.sleep(0.2)  # restarting: ask again shortly
 
-    def mark_dead(self, index: int, ref: ray.ObjectRef | None = None) -> None:
+    def mark_dead(self, index: int, ticket: Hashable | None = None) -> None:
         """Records that a rollout of collector ``index`` was lost to a dead actor.
 
         The collector's next rollouts re-send the newest weights (Ray restarts it with the
@@ -310,16 +365,11 @@ class CollectorGroup:
 
         Args:
             index: The collector whose rollout failed with ``RayActorError``.
-            ref: The failed rollout's reference. With it, rollouts lost to a death already
+            ticket: The failed rollout's ticket. With it, rollouts lost to a death already
                 recorded do not count another; without it, every call counts one.
         """
         self.known_versions[index] = (-1, -1)
-        issued_under = self._issued.pop(ref.binary(), None) if ref is not None else None
-        if issued_under is not None and issued_under < self._deaths[index]:
-            return
-        self._deaths[index] += 1
-        self.restarts += 1
-        self._recovering[index] = []
+        self.deaths.died(index, ticket)
 
     def policy_versions(self) -> list[tuple[int, int]]:
         """Asks every collector which ``(generation, version)`` it holds."""
@@ -342,6 +392,7 @@ class CollectorGroup:
         ray.get(refs, timeout=CONTROL_TIMEOUT_S)
 
     def shutdown(self) -> None:
-        """Kills every collector actor."""
-        for actor in self.actors:
+        """Kills every collector actor (and hub)."""
+        self.dispatch.close()
+        for actor in [*self.hubs, *self.actors]:
             ray.kill(actor, no_restart=True)

@@ -23,7 +23,7 @@ FLOAT_KEYS = ("observation", "next_observation", "reward")
 STATE_FORMAT = 1
 
 StepperFactory = Callable[[nn.Module, LearnerConfig], Stepper]
-BUILTIN_STEPPERS: dict[str, StepperFactory] = {
+BUILTIN_STEPPERS: dict[str, StepperFactory] = {  # the names of learner.plugins.BUILTIN_STEPPERS
     "default": DefaultStepper.from_config,
     "mixed_precision": MixedPrecisionStepper.from_config,
     "delayed_policy": DelayedPolicyStepper.from_config,

@@ -6,15 +6,16 @@ import contextlib
 import dataclasses
 import logging
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 import ray
 from ray.util.placement_group import remove_placement_group
 
 from learner.config import LearnerConfig
-from learner.core import stepper_factory_for
 from learner.losses import loss_factory_for
 from learner.placement import place_ranks
+from learner.plugins import check_stepper
 from learner.receipts import (
     ProtocolError,
     PublishedWeights,
@@ -23,8 +24,10 @@ from learner.receipts import (
     verify_receipts,
 )
 from learner.rendezvous import join_ranks
-from learner.sampling import EpochPlan
 from learner.weights import Schema, check_schema, spec_schema
+
+if TYPE_CHECKING:
+    from learner.sampling import EpochPlan
 
 logger = logging.getLogger(__name__)
 
@@ -100,7 +103,7 @@ class LearnerGroup:
         if loss_factory is None:
             loss_factory_for(config)  # fail on a bad path before any actor starts
         if stepper_factory is None:
-            stepper_factory_for(config)
+            check_stepper(config.resolved_stepper)
         self.config = config
         self.generation = generation
         self.version = 0

@@ -5,6 +5,27 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable
 
+# The optimization steppers ``learner.stepper`` names without a path (``learner.core`` maps each
+# to its class; kept here, light, so the driver checks a config without importing them).
+BUILTIN_STEPPERS = ("default", "mixed_precision", "delayed_policy", "multi_optimizer")
+
+
+def check_stepper(name: str) -> None:
+    """Refuses a stepper that is neither built in nor an importable ``module:attribute``.
+
+    Raises:
+        ValueError: Naming ``stepper`` and why.
+
+    Examples:
+        >>> check_stepper("default")
+        >>> check_stepper("nope:x")
+        Traceback (most recent call last):
+        ...
+        ValueError: stepper: cannot import module 'nope' of 'nope:x': No module named 'nope'
+    """
+    if name not in BUILTIN_STEPPERS:
+        resolve_factory(name, "stepper")
+
 
 def resolve_factory(path: str, field: str) -> Callable:
     """Imports ``"package.module:attr.sub"`` and returns the callable it names.

@@ -7,20 +7,22 @@ import logging
 import os
 import time
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 import ray
 import torch
 import torch.distributed as dist
-from torch.nn.parallel import DistributedDataParallel
 
 from learner.config import LearnerConfig
-from learner.core import LearnerCore
 from learner.receipts import StaleGenerationError, StepReceipt
 from learner.rendezvous import open_store
-from learner.sampling import EpochPlan, RankSampler
 from learner.weights import Schema, tensor_schema
 from replay.client import ReplayClient
+
+if TYPE_CHECKING:  # loaded by join(), in the rank's process: the driver imports this class
+    from learner.core import LearnerCore  # (tensordict, and torch._dynamo through it)
+    from learner.sampling import EpochPlan, RankSampler
 
 logger = logging.getLogger(__name__)
 
@@ -97,6 +99,11 @@ class LearnerRank:
 
     def join(self, address: str, port: int) -> int:
         """Joins the process group and builds the DDP-wrapped learner core; returns the rank."""
+        from torch.nn.parallel import DistributedDataParallel
+
+        from learner.core import LearnerCore
+        from learner.sampling import RankSampler
+
         config = self.config
         if address.startswith("127."):
             os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
@@ -145,7 +152,7 @@ class LearnerRank:
             "world_size": self.config.world_size,
             "backend": dist.get_backend() if dist.is_initialized() else None,
             "device": str(self.core.device) if self.core else self.device,
-            "ddp": isinstance(self.core.train_module, DistributedDataParallel),
+            "ddp": type(self.core.train_module).__name__ == "DistributedDataParallel",
             "compiled": bool(self.core and self.core.compiled),
             "version": self.core.version if self.core else None,
         }

@@ -6,17 +6,20 @@ import dataclasses
 import logging
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
-from tensordict import TensorDict
 
 from replay.client import ReplayClient
 from replay.samplers import EmptyReplayError
 
+if TYPE_CHECKING:  # annotations only: the driver plans epochs without importing tensordict
+    from tensordict import TensorDict
+
 logger = logging.getLogger(__name__)
 
-Prepare = Callable[[dict[str, np.ndarray]], TensorDict]
+Prepare = Callable[[dict[str, np.ndarray]], "TensorDict"]
 
 
 @dataclasses.dataclass(frozen=True)

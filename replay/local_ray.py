@@ -9,10 +9,14 @@ cluster found on the machine, whose head may be gone), bound to loopback, in nam
 ``python -m services.train`` starts its own embedded Ray instead
 (``services.run.embedded.init_ray``: logical CPUs sized to the run, the dashboard on request,
 its own process group).
+Both let the OS choose the node's dashboard-agent port (:func:`agent_port_chosen_by_os`).
 """
 
 from __future__ import annotations
 
+import contextlib
+import functools
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -60,4 +64,39 @@ def init_local_ray(num_cpus: int | None = 8, **overrides: Any):
         >>> init_local_ray(num_cpus=4, _system_config={"worker_niceness": 0})  # doctest: +SKIP
         >>> ray.shutdown()  # doctest: +SKIP
     """
-    return ray.init(address="local", **local_ray_options(num_cpus, **overrides))
+    with agent_port_chosen_by_os():
+        return ray.init(address="local", **local_ray_options(num_cpus, **overrides))
+
+
+@contextlib.contextmanager
+def agent_port_chosen_by_os() -> Iterator[None]:
+    """While active, a Ray node started here lets the OS choose its dashboard agent's HTTP port.
+
+    Ray's default is the fixed port 52365. Where another Ray cluster on the machine holds it (a
+    second run, a test suite, another user), the new node's agent retries the bind for about
+    3 s, then goes on without its HTTP server, and the raylet waits for the agent meanwhile, so
+    every such start took 3 s longer. ``ray.init`` has no argument for the port, so the
+    default of Ray's ``RayParams`` is replaced while the node starts.
+
+    Examples:
+        >>> from ray._private.parameter import RayParams
+        >>> with agent_port_chosen_by_os():
+        ...     RayParams().dashboard_agent_listen_port
+        0
+        >>> RayParams().dashboard_agent_listen_port
+        52365
+    """
+    from ray._private import parameter
+
+    original = parameter.RayParams.__init__
+
+    @functools.wraps(original)
+    def init(self, *args, **kwargs):
+        kwargs.setdefault("dashboard_agent_listen_port", 0)
+        original(self, *args, **kwargs)
+
+    parameter.RayParams.__init__ = init
+    try:
+        yield
+    finally:
+        parameter.RayParams.__init__ = original

@@ -11,6 +11,7 @@ import ray
 import torch
 
 from collector.group import CollectorGroup, CollectorsPausedError
+from collector.hub import RolloutLostError
 from collector.networks.q_mlp import ModelSpec
 from learner.receipts import PublishedWeights
 from replay.shard import remote_shard
@@ -191,3 +192,38 @@ def test_killed_collector_restarts_with_weights_and_exact_accounting(ray_cluster
     assert frames == sum(r.writes[0].num_items for r in counted)
     # A lost rollout may have stored its write without being counted; nothing else differs.
     assert frames <= stored <= frames + failures * 64
+
+
+def test_rollouts_through_a_hub_and_a_lost_hub_loses_only_its_rollouts(ray_cluster):
+    group, shards = make_group("hubbed", 2, aggregate=True)
+    weights = publish(0, 3, 0.2)
+    try:
+        assert len(group.hubs) == 1  # one node, one hub
+        tickets = {group.rollout(i, 32, 0.5, weights): i for i in (0, 1, 0)}
+        finished = []
+        while len(finished) < 3:
+            finished += group.completed(timeout=60)
+        assert {f.ticket for f in finished} == set(tickets)
+        assert all(f.ok and f.receipt.policy_version == 3 for f in finished)
+        assert {f.receipt.collector_id for f in finished} == {0, 1}
+        # Collectors hold their rollouts while the hub dies: each comes back lost, once.
+        ray.get([actor.pause.remote() for actor in group.actors])
+        held = [group.rollout(i, 32, 0.5) for i in (0, 1)]
+        group.flush()
+        ray.get(group.hubs[0].ping.remote())  # the hub has taken the orders
+        ray.kill(group.hubs[0], no_restart=False)
+        lost = []
+        while len(lost) < 2:
+            lost += group.completed(timeout=60)
+        assert sorted(f.ticket for f in lost) == sorted(held)
+        assert all(isinstance(f.error, RolloutLostError) for f in lost)
+        assert group.inflight() == 0
+        ray.get([actor.resume.remote() for actor in group.actors])
+        again = group.rollout(1, 32, 0.5)  # through the restarted hub
+        back = []
+        while not back:
+            back = group.completed(timeout=60)
+        assert [f.ticket for f in back] == [again] and back[0].ok
+        assert back[0].receipt.policy_version == 3  # its weights re-sent after the loss
+    finally:
+        shutdown(group, shards)

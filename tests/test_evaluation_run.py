@@ -73,6 +73,8 @@ def test_a_run_with_evaluation_seen_through_rays_tools(tmp_path):
         "checkpoint.keep_best=2",
         "--set",
         f"run.dir={run_dir}",
+        "--set",
+        "ray.dashboard=true",  # `ray list actors` asks the dashboard's state API
     ]
     process = subprocess.Popen(
         [PYTHON, "-m", "services.train", *args],

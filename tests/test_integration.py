@@ -19,8 +19,13 @@ PRIORITIZED = [
 ]
 
 
+HUBS = ["collector.aggregate_min_collectors=1"]  # rollouts through one hub per node
+
+
 @pytest.mark.parametrize(
-    ("world_size", "extra"), [(1, []), (2, []), (1, PRIORITIZED)], ids=["ws1", "ws2", "per-nstep"]
+    ("world_size", "extra"),
+    [(1, []), (2, []), (1, PRIORITIZED), (1, HUBS)],
+    ids=["ws1", "ws2", "per-nstep", "hubs"],
 )
 def test_accounting_pacing_and_versions(ray_cluster, world_size, extra):
     config = load_config(
@@ -50,6 +55,7 @@ def test_accounting_pacing_and_versions(ray_cluster, world_size, extra):
         c = controller.counters
         shard_stats = controller.replay.stats()
         collector_versions = controller.collectors.policy_versions()
+        hubs = len(controller.collectors.hubs)
     finally:
         controller.shutdown()
 
@@ -57,7 +63,8 @@ def test_accounting_pacing_and_versions(ray_cluster, world_size, extra):
     assert c.collected_frames == sum(r.frames for r in receipts)
     assert c.collected_frames == sum(s["write_count"] for s in shard_stats)
     assert all(s["write_count"] > 0 for s in shard_stats)  # both shards were written
-    if extra:  # learners sent |td_error| priorities back to the shards that served the items
+    assert hubs == (1 if extra == HUBS else 0)  # one node: one hub
+    if extra == PRIORITIZED:  # learners sent |td_error| priorities to the shards that served them
         assert all(s["priority_updates"] > 0 for s in shard_stats)
         assert all(s["sampler"] == "prioritized" for s in shard_stats)
     assert total <= c.collected_frames < total + 2 * config.collector.rollout_frames

@@ -3,14 +3,19 @@
 import json
 import re
 import subprocess
+import threading
 import urllib.request
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from services.observe.metrics import METRICS, exported_name, metrics_table
+from collector.receipts import RolloutReceipt
+from services.config import load_config
+from services.driver.stats import RunCounters
+from services.observe.metrics import METRICS, MetricsExporter, exported_name, metrics_table
 from tests.conftest import PYTHON, ROOT, cli_env
 
 HISTOGRAM_SUFFIXES = ("_bucket", "_sum", "_count", "_created")
@@ -42,6 +47,23 @@ def value(samples, name, **labels):
     return sum(matches)
 
 
+def dashboard_series() -> set[str]:
+    """Every sample name a panel of the shipped dashboard reads (``relayrl_..._bucket`` too)."""
+    dashboard = json.loads((ROOT / "deploy/grafana/relayrl-dashboard.json").read_text())
+    exprs = [t["expr"] for panel in dashboard["panels"] for t in panel["targets"]]
+    return {name for expr in exprs for name in re.findall(r"relayrl_[a-z_]+", expr)}
+
+
+def scrape_at_start(process, port: int, found: dict) -> None:
+    """Scrapes once the run is prepared (its exporter attached), before its actors start."""
+    for line in process.stderr:
+        if "relayrl: Ray at" in line:
+            found["ray"] = line
+        if "relayrl: run id" in line and "scrape" not in found:
+            found["scrape"] = scrape(port)
+            found["run"] = line.split("run id ")[1].split()[0]
+
+
 @pytest.mark.slow
 def test_scrapes_during_a_run_then_plot(tmp_path, free_port):
     run_dir = tmp_path / "run"
@@ -62,11 +84,14 @@ def test_scrapes_during_a_run_then_plot(tmp_path, free_port):
         cwd=ROOT,
         env=cli_env(),
         stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
         text=True,
     )
     scrapes = []
     lines = []
+    at_start: dict = {}
+    reader = threading.Thread(target=scrape_at_start, args=(process, free_port, at_start))
+    reader.start()
     try:
         for line in process.stdout:
             lines.append(line)
@@ -77,7 +102,19 @@ def test_scrapes_during_a_run_then_plot(tmp_path, free_port):
         assert process.wait(timeout=240) == 0
     finally:
         process.kill()
+        reader.join(timeout=60)
     assert len(scrapes) == 2, "".join(lines[-5:])
+    assert "dashboard off" in at_start["ray"]  # not started: a run does not use it
+    # Every series a dashboard panel reads exists from the start, at 0 (the last checkpoint's
+    # timestamp starts at the run's start), so no panel shows "No data".
+    first_scrape = at_start["scrape"]
+    for name in sorted(dashboard_series()):
+        values = [v for labels, v in first_scrape.get(name, []) if labels["run"] == at_start["run"]]
+        assert values, f"{name} missing at the start"
+        if name == "relayrl_checkpoint_last_success_timestamp_seconds":
+            assert values[0] > 1e9
+        else:
+            assert set(values) == {0.0}, (name, values)
     first, second = scrapes
     for name in ("relayrl_frames_total", "relayrl_transitions_total", "relayrl_episodes_total"):
         assert value(second, name) > value(first, name) > 0
@@ -110,15 +147,12 @@ def exporter_names() -> set[str]:
 
 
 def test_dashboard_queries_only_exported_metrics():
-    dashboard = json.loads((ROOT / "deploy/grafana/relayrl-dashboard.json").read_text())
-    exprs = [t["expr"] for panel in dashboard["panels"] for t in panel["targets"]]
-    assert len(exprs) >= 10
+    assert len(dashboard_series()) >= 10
     queried = set()
-    for expr in exprs:
-        for token in re.findall(r"relayrl_[a-z_]+", expr):
-            for suffix in HISTOGRAM_SUFFIXES:
-                token = token.removesuffix(suffix)
-            queried.add(token)
+    for token in dashboard_series():
+        for suffix in HISTOGRAM_SUFFIXES:
+            token = token.removesuffix(suffix)
+        queried.add(token)
     assert queried <= exporter_names(), queried - exporter_names()
     for needed in (
         "frames_total",
@@ -177,3 +211,51 @@ def test_tensorboard_logger_writes_scalars_against_frames(tmp_path):
     assert "learner/grad_norm" not in scalars  # non-finite values are skipped
     returns = events.Scalars("episode/return")
     assert [(e.step, e.value) for e in returns] == [(1000, 20.0), (2000, 35.5)]
+
+
+def rollout_receipt(collector_id: int) -> RolloutReceipt:
+    return RolloutReceipt(collector_id, 1, 8, (), (), 0, 0, (), 0.01, 0.0)
+
+
+@pytest.mark.parametrize("limit", [8, 4])
+def test_rollout_series_are_per_collector_then_per_node_past_the_limit(limit):
+    config = load_config(
+        overrides=["collector.num_collectors=6", f"metrics.max_collector_series={limit}"]
+    )
+    run = SimpleNamespace(
+        config=config,
+        collectors=SimpleNamespace(nodes=["node-a"] * 3 + ["node-b"] * 3),
+        counters=RunCounters(),
+        register=lambda event, hook: None,
+    )
+    exporter = MetricsExporter(run_id="fleet")
+    try:
+        exporter.attach(run)
+        exporter.on_setup(run)
+        for index in range(6):
+            exporter.on_rollout(run, rollout_receipt(index))
+            exporter.on_rollout(run, rollout_receipt(index))
+        exporter.on_progress(
+            run,
+            {
+                "exploration": {"epsilons": [0.4, 0.1, 0.2, 0.3, 0.05, 0.01]},
+                "frames_per_s": 1.0,
+                "updates_per_s": 1.0,
+                "episode_return_mean": float("nan"),
+                "episode_length_mean": float("nan"),
+            },
+        )
+        samples = scrape(exporter.port)
+    finally:
+        exporter.close()
+    rollouts = {
+        (labels["collector"], labels["node"]): v for labels, v in samples["relayrl_rollouts_total"]
+    }
+    exploration = {labels["param"]: v for labels, v in samples["relayrl_exploration"]}
+    if limit >= 6:  # one series per collector, labelled with its node
+        assert rollouts == {(str(i), "node-a" if i < 3 else "node-b"): 2.0 for i in range(6)}
+        assert len(exploration) == 6 and exploration["epsilons[4]"] == 0.05
+    else:  # past the limit: one series per node, its collectors summed
+        assert rollouts == {("", "node-a"): 6.0, ("", "node-b"): 6.0}
+        assert exploration == {"epsilons[min]": 0.01, "epsilons[max]": 0.4}
+    assert value(samples, "relayrl_frames_total", source="collector") == 12 * 8

@@ -13,8 +13,8 @@ def test_addresses_come_from_the_init_context_and_the_dashboard_can_be_turned_of
     assert cluster_addresses(_Context()) == ClusterAddresses(
         "127.0.0.1:6379", "http://127.0.0.1:8265"
     )
-    assert load_config().ray.dashboard is True
-    assert load_config(overrides=["ray.dashboard=false"]).ray.dashboard is False
+    assert load_config().ray.dashboard is False  # a run does not use it: off unless asked
+    assert load_config(overrides=["ray.dashboard=true"]).ray.dashboard is True
 
 
 # `ray list actors` at the address a running job logs: tests/test_evaluation_run.py (one run).

@@ -14,4 +14,8 @@ Subcommands (each prints progress to stderr and one JSON object as its last line
     * ``hostile``: a run with TLS and scoped credentials under hostile clients: refusal times,
       ``GetStatus`` latency, the driver's memory, coalesced checkpoints, honest frames kept
       (:mod:`services.bench.hostile`; its throwaway certificates: :mod:`services.bench.certs`).
+    * ``scale``: the production driver against simulated fleets of 10, 100 and 1,000
+      collectors: receipts/s, driver CPU per receipt, loop latency, exact frames
+      (:mod:`services.bench.scale`; the simulated services: :mod:`services.bench.simulated`,
+      their actors :mod:`services.bench.simfleet`).
 """

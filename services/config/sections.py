@@ -190,6 +190,10 @@ class MetricsConfig:
         sd_dir: Directory where the driver writes ``<run id>.json``, a Prometheus ``file_sd``
             target for its endpoint, removed at exit (None: none), e.g. the directory that
             ``deploy/prometheus/prometheus.yml`` watches.
+        max_collector_series: Collectors up to which ``relayrl_rollouts_total`` (and a
+            per-collector exploration list) has one series per collector; past it, one series
+            per node sums its collectors, so Prometheus's cardinality does not grow with the
+            fleet.
     """
 
     enabled: bool = True
@@ -197,10 +201,15 @@ class MetricsConfig:
     port: int = 0
     tensorboard: bool = False
     sd_dir: str | None = None
+    max_collector_series: int = 64
 
     def __post_init__(self) -> None:
         if not 0 <= self.port < 65536:
             raise ValueError(f"port: must be in [0, 65535], got {self.port!r}")
+        if self.max_collector_series < 0:
+            raise ValueError(
+                f"max_collector_series: must be >= 0, got {self.max_collector_series!r}"
+            )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -209,10 +218,11 @@ class RaySection:
 
     Attributes:
         dashboard: Start Ray's dashboard on loopback (the state API behind ``ray list``,
-            ``ray summary`` and the web UI needs it); ``false`` saves its start-up time.
+            ``ray summary`` and the web UI needs it). Off by default: a run does not use it,
+            and starting it adds to every run's start-up (``docs/benchmarks.md``).
     """
 
-    dashboard: bool = True
+    dashboard: bool = False
 
 
 @dataclasses.dataclass(frozen=True)

@@ -4,6 +4,8 @@ Layout:
     * ``controller``: :class:`~services.driver.controller.Controller`, the run's thin runtime
       (setup and ordered restore, receipts in, weights out, stop requests, checkpoints, progress).
     * ``loops``: what each algorithm issues next: ``offpolicy`` (UTD pacing) and ``onpolicy``.
+    * ``inflight``: :class:`InFlight`, the rollouts in flight by ticket: counts, free slots,
+      overdue rollouts, at a cost per event that does not grow with the fleet (pure).
     * ``accounting``: :class:`Accounting`, frames, episodes and return milestones counted from
       rollout, external and step receipts (pure).
     * ``cadence``: when periodic checkpoints and progress snapshots are due (pure, own clock).

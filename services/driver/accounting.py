@@ -111,6 +111,7 @@ class Accounting:
         self.milestones: dict[float, dict] = {}
         self.first_rollout_at: float | None = None
         self.started_at = clock()
+        self._stop_reason: str | None = None  # of the last check of the goals
 
     def start(self) -> None:
         """Training starts now (``elapsed_s`` and milestones' ``wall_s`` count from here)."""
@@ -140,9 +141,11 @@ class Accounting:
             c.rollouts += 1
             if self.first_rollout_at is None:
                 self.first_rollout_at = self.wall_clock()
-        c.episodes += len(receipt.episode_returns)
-        self.episodes.extend(receipt.episode_returns, receipt.episode_lengths)
-        return self._check_goals()
+        if receipt.episode_returns:  # else the running mean did not move: nor did the goals
+            c.episodes += len(receipt.episode_returns)
+            self.episodes.extend(receipt.episode_returns, receipt.episode_lengths)
+            self._stop_reason = self._check_goals()
+        return self._stop_reason
 
     def count_round(self, receipt: StepReceipt) -> None:
         """Counts a finished learner round: optimizer steps (and skipped ones), the version."""
@@ -184,3 +187,4 @@ class Accounting:
         self.counters = RunCounters(**state["counters"])
         self.episodes.extend(state["episode_returns"], state["episode_lengths"])
         self.milestones = {float(k): v for k, v in state["milestones"].items()}
+        self._stop_reason = self._check_goals()

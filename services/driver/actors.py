@@ -40,6 +40,7 @@ def start_collectors(
         transform=algorithm.collector_transform(config),
         frame_stack=config.replay.frame_stack,
         scheduling=scheduling,
+        aggregate=cfg.aggregate,
     )
 
 

@@ -23,6 +23,7 @@ from typing import Any
 
 import ray
 
+from collector.completions import Finished
 from collector.group import CollectorGroup
 from learner.group import LearnerGroup, PendingRound
 from learner.receipts import ProtocolError, PublishedWeights, StepReceipt
@@ -48,6 +49,7 @@ from services.driver.actors import start_collectors, start_learners
 from services.driver.cadence import CheckpointCadence, ProgressCadence
 from services.driver.hooks import Hook, Hooks
 from services.driver.inbox import Inbox  # gRPC
+from services.driver.inflight import InFlight
 from services.driver.loops import LOOPS
 from services.driver.placement import release_services, reserve_services
 from services.driver.recovery import Recovery
@@ -113,8 +115,11 @@ class Controller:
         self.collectors: CollectorGroup | None = None
         self.learners: LearnerGroup | None = None
         self.weights: PublishedWeights | None = None
-        self.inflight: dict[ray.ObjectRef, int] = {}
+        cfg = config.collector
+        self.inflight = InFlight(cfg.num_collectors, cfg.max_inflight)  # rollouts by ticket
         self.pending_round: PendingRound | None = None
+        self._watched_round: PendingRound | None = None  # wakes wait_and_process when ready
+        self._round_futures: list = []  # its references' futures
         self.stop_requested = False
         self.early_stopping = EarlyStopping.from_config(config.controller)
         self.stop_reason: str | None = None
@@ -181,6 +186,14 @@ class Controller:
                 self.counters.model_version,
                 self.counters.generation,
             )
+        self.begin()
+
+    def begin(self) -> None:
+        """The end of setup, once every service answers: weights out, clocks started.
+
+        Publishes the learners' weights (forced), hands them to every collector, starts the
+        training clock and the progress cadence, then calls the ``setup`` hooks.
+        """
         self.accept_weights(self.learners.publish(), force=True)
         self.collectors.sync_weights(self.weights)
         self.accounting.start()
@@ -272,8 +285,11 @@ class Controller:
         target = getattr(self.loop, "steps_target", None)
         return target() if target is not None else 0
 
-    def _on_rollout(self, ref: ray.ObjectRef) -> None:
-        receipt = self.recovery.receipt(self.inflight.pop(ref), ref)  # None: the rollout failed
+    def _on_rollout(self, finished: Finished) -> None:
+        if finished.ticket not in self.inflight:
+            return  # not issued by the loops (a caller of the group's own)
+        self.inflight.pop(finished.ticket)
+        receipt = self.recovery.receipt(finished)  # None: the rollout failed
         if receipt is None:
             return
         self._stop_at_return(self.accounting.count(receipt))
@@ -324,28 +340,27 @@ class Controller:
         self.weights = weights
         self.counters.published_version = weights.version
 
-    def _round_ready(self) -> bool:
-        refs = list(self.pending_round.refs)
-        ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
-        return len(ready) == len(refs)
-
     def wait_and_process(self, timeout: float) -> bool:
         """Waits for a rollout or the learner round, then counts what finished.
+
+        Its cost is that of what finished: rollouts come back through the collector group's
+        completion queue (``collector.completions``), never from a scan of all in flight.
 
         Returns:
             False when nothing was in flight.
         """
         self.check_health()
-        waitable = list(self.inflight)
-        if self.pending_round is not None:
-            waitable += list(self.pending_round.refs)
-        if not waitable:
+        round_ = self.pending_round
+        if not self.inflight and round_ is None:
             return False
-        ray.wait(waitable, num_returns=1, timeout=timeout)
-        done, _ = ray.wait(list(self.inflight), num_returns=len(self.inflight), timeout=0)
-        for ref in done:
-            self._on_rollout(ref)
-        if self.pending_round is not None and self._round_ready():
+        if round_ is not None and round_ is not self._watched_round:
+            completions = self.collectors.completions  # its readiness wakes the wait below
+            self._round_futures = [completions.watch(ref) for ref in round_.refs]
+            self._watched_round = round_
+        ready = round_ is not None and all(f.done() for f in self._round_futures)
+        for finished in self.collectors.completed(0 if ready else timeout):
+            self._on_rollout(finished)
+        if round_ is not None and all(f.done() for f in self._round_futures):
             self._on_round()
         return True
 

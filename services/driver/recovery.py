@@ -19,18 +19,24 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Hashable
 from typing import TYPE_CHECKING
 
 import ray
 
 from collector.env import EnvError
+from collector.hub import RolloutLostError
 from services.driver.faults import ComponentFailure, CrashLoop, ShardMonitor, ShardRestart, where
 
 if TYPE_CHECKING:
+    from collector.completions import Finished
     from collector.receipts import RolloutReceipt
     from services.driver.views import RecoveryView
 
 logger = logging.getLogger(__name__)
+
+# Longest gap between two looks at the replay shards' health replies, in seconds.
+SHARD_POLL_S = 0.05
 
 
 class Recovery:
@@ -44,8 +50,8 @@ class Recovery:
         self.controller = controller
         cfg = controller.config.collector
         self.crash_loop = CrashLoop(cfg.crash_loop_deaths, cfg.crash_loop_window_s)
-        self.rollout_seen: dict[ray.ObjectRef, float] = {}  # first seen in flight
         self.shard_monitor: ShardMonitor | None = None
+        self._next_shard_poll = 0.0
 
     def watch_shards(self, shards) -> None:
         """Starts the health checks of the run's replay shards."""
@@ -62,28 +68,27 @@ class Recovery:
     def _collector(self, index: int) -> str:
         return f"collector-{index} ({where(self.controller.collectors.nodes[index])})"
 
-    def rollout_done(self, ref: ray.ObjectRef) -> None:
-        """Forgets a finished rollout (succeeded or failed)."""
-        self.rollout_seen.pop(ref, None)
+    def receipt(self, finished: Finished) -> RolloutReceipt | None:
+        """The receipt of a finished rollout; None if the rollout failed.
 
-    def receipt(self, index: int, ref: ray.ObjectRef) -> RolloutReceipt | None:
-        """The receipt of collector ``index``'s finished rollout; None if the rollout failed.
-
-        A failure is handled here (:meth:`on_collector_death`, :meth:`on_env_error`); any other
-        error inside the rollout is raised.
+        A failure is handled here (:meth:`on_collector_death`, :meth:`on_env_error`, a rollout
+        lost with its hub); any other error inside the rollout is raised.
         """
-        self.rollout_done(ref)
-        try:
-            return ray.get(ref)
-        except ray.exceptions.RayActorError as err:
-            self.on_collector_death(index, ref, err)
-        except ray.exceptions.RayTaskError as err:
-            if not isinstance(err.cause, EnvError):
-                raise
+        err, index = finished.error, finished.index
+        if err is None:
+            return finished.receipt
+        if isinstance(err, ray.exceptions.RayActorError):
+            self.on_collector_death(index, finished.ticket, err)
+        elif isinstance(err, RolloutLostError):
+            self.controller.counters.collector_failures += 1
+            logger.warning("%s: rollout not counted: %s", self._collector(index), err)
+        elif isinstance(err, ray.exceptions.RayTaskError) and isinstance(err.cause, EnvError):
             self.on_env_error(index, err.cause)
+        else:
+            raise err
         return None
 
-    def on_collector_death(self, index: int, ref: ray.ObjectRef, err: Exception) -> None:
+    def on_collector_death(self, index: int, ticket: Hashable, err: Exception) -> None:
         """A rollout failed because its collector died: not counted; stop on a crash loop.
 
         Raises:
@@ -92,7 +97,7 @@ class Recovery:
         c = self.controller
         c.counters.collector_failures += 1
         deaths = c.collectors.restarts
-        c.collectors.mark_dead(index, ref)  # one death fails several rollouts
+        c.collectors.mark_dead(index, ticket)  # one death fails several rollouts
         if c.collectors.restarts == deaths:
             return  # another rollout lost to a death already handled
         cfg = c.config.collector
@@ -137,20 +142,17 @@ class Recovery:
             limit,
         )
 
-    def _kill_stuck_collectors(self, now: float) -> None:
+    def _kill_stuck_collectors(self) -> None:
         c = self.controller
         timeout = c.config.collector.rollout_timeout_s
-        for ref, index in c.inflight.items():
-            seen = self.rollout_seen.setdefault(ref, now)
-            if now - seen > timeout:
-                self.rollout_seen[ref] = float("inf")  # killed once; its failure follows
-                logger.warning(
-                    "%s: rollout stuck for over %g s (collector.rollout_timeout_s); killing it, "
-                    "Ray restarts it",
-                    self._collector(index),
-                    timeout,
-                )
-                ray.kill(c.collectors.actors[index], no_restart=False)
+        for _, index in c.inflight.overdue(timeout):  # each once; its failure follows
+            logger.warning(
+                "%s: rollout stuck for over %g s (collector.rollout_timeout_s); killing it, "
+                "Ray restarts it",
+                self._collector(index),
+                timeout,
+            )
+            ray.kill(c.collectors.actors[index], no_restart=False)
 
     # -- replay shards ------------------------------------------------------------------------
     def note_writes(self, writes) -> None:
@@ -162,13 +164,19 @@ class Recovery:
         self.shard_monitor.cleared()
 
     def check(self) -> None:
-        """Handles restarted or stuck replay shards and stuck rollouts, without blocking."""
+        """Handles restarted or stuck replay shards and stuck rollouts, without blocking.
+
+        Called at every event; the shards' health replies are looked at every
+        ``SHARD_POLL_S`` at most (a look costs a Ray call per shard, and the checks themselves
+        go out every ``replay.health_interval_s``).
+        """
         now = time.monotonic()
-        if self.shard_monitor is not None:
+        if self.shard_monitor is not None and now >= self._next_shard_poll:
+            self._next_shard_poll = now + SHARD_POLL_S
             for event in self.shard_monitor.poll(now):
                 self.refill(event)
         if self.controller.inflight:
-            self._kill_stuck_collectors(now)
+            self._kill_stuck_collectors()
 
     def before_cut(self) -> None:
         """Waits until every shard answers (refilling restarted ones) before a checkpoint."""

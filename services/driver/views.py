@@ -28,8 +28,6 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 if TYPE_CHECKING:
     from pathlib import Path
 
-    import ray
-
     from collector.group import CollectorGroup
     from collector.networks import NetworkSpec
     from learner.group import LearnerGroup, PendingRound
@@ -43,6 +41,7 @@ if TYPE_CHECKING:
     from services.driver.cadence import CheckpointCadence
     from services.driver.hooks import Hook
     from services.driver.inbox import Inbox
+    from services.driver.inflight import InFlight
     from services.driver.stats import RateMeter, RunCounters
     from services.evaluation.evaluator import EvaluationRunner
 
@@ -80,9 +79,13 @@ class Counted(Protocol):
 
 @runtime_checkable
 class MetricsHost(Hooked, Protocol):
-    """A run the Prometheus exporter attaches to (its hooks then read :class:`Counted`)."""
+    """A run the Prometheus exporter attaches to (its hooks then read :class:`Counted`).
+
+    At ``setup`` the exporter reads the collectors' nodes (its per-node series).
+    """
 
     config: RunConfig
+    collectors: CollectorGroup | None
 
 
 @runtime_checkable
@@ -121,7 +124,7 @@ class CutView(Protocol):
     replay: ReplayClient | None
     collectors: CollectorGroup | None
     learners: LearnerGroup | None
-    inflight: dict[ray.ObjectRef, int]
+    inflight: InFlight
     pending_round: PendingRound | None
     last_checkpoint: Path | None
     checkpoints: CheckpointStore | None
@@ -149,7 +152,7 @@ class RecoveryView(Protocol):
 
     config: RunConfig
     collectors: CollectorGroup | None
-    inflight: dict[ray.ObjectRef, int]
+    inflight: InFlight
     replay: ReplayClient | None
     shards: list
     last_checkpoint: Path | None

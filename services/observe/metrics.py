@@ -6,13 +6,23 @@ waits on it. ``METRICS`` lists every exported name with its type and help; the m
 
 Every series carries a ``run`` label (the run id, see ``services.driver.runid``), so one Prometheus
 scraping several runs, on one machine or a shared cluster, keeps them apart; each run serves its
-own endpoint (port 0: OS-chosen). With ``metrics.sd_dir`` the exporter also writes
+own endpoint (port 0: OS-chosen). Every series whose labels the run's config fixes exists from
+the moment the exporter is attached, at 0 (so a dashboard panel shows 0, not "No data", until
+the first event): the unlabelled ones, both ``source`` values, every replay shard, the
+``nonfinite_skipped`` learner term; the last checkpoint's timestamp starts at the run's start.
+
+Cardinality stays bounded at fleet scale: ``rollouts_total`` carries ``collector`` and
+``node`` labels while a run has at most ``metrics.max_collector_series`` collectors; past that,
+one series per node (``collector=""``) sums its collectors, and a per-collector exploration
+list (Ape-X epsilons) is exported as its min and max. Hot-path series are looked up once, not
+per receipt. With ``metrics.sd_dir`` the exporter also writes
 ``<sd_dir>/<run id>.json``, a Prometheus ``file_sd`` target for its endpoint, and removes it
 when it closes, so Prometheus finds every live run without fixed ports.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
@@ -28,6 +38,13 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 RUN_LABEL = "run"
+SOURCES = ("collector", "external")
+SHARD_METRICS = (
+    "replay_size",
+    "replay_inserts_total",
+    "replay_samples_total",
+    "replay_priority_updates_total",
+)
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 
 # name (without prefix), type, labels, help
@@ -40,7 +57,13 @@ METRICS: tuple[tuple[str, str, tuple[str, ...], str], ...] = (
     ),
     ("transitions_total", "counter", ("source",), "Transitions written to replay."),
     ("optim_steps_total", "counter", (), "Optimizer steps done by the learner group."),
-    ("rollouts_total", "counter", ("collector",), "Counted rollout receipts per collector."),
+    (
+        "rollouts_total",
+        "counter",
+        ("collector", "node"),
+        "Counted rollout receipts per collector and its node; past metrics.max_collector_series "
+        'collectors, per node only (collector="").',
+    ),
     (
         "collector_restarts_total",
         "counter",
@@ -88,7 +111,8 @@ METRICS: tuple[tuple[str, str, tuple[str, ...], str], ...] = (
         "exploration",
         "gauge",
         ("param",),
-        "Exploration parameters handed to collectors (epsilon; random is 1 during warm-up).",
+        "Exploration parameters handed to collectors (epsilon; random is 1 during warm-up; "
+        "per-collector lists longer than metrics.max_collector_series as their min and max).",
     ),
     ("frames_per_second", "gauge", (), "Collection rate over the last progress interval."),
     ("updates_per_second", "gauge", (), "Optimizer steps per second over the last interval."),
@@ -104,7 +128,12 @@ METRICS: tuple[tuple[str, str, tuple[str, ...], str], ...] = (
     ),
     ("loss", "gauge", ("term",), "Loss terms and grad norm averaged over the last round."),
     ("checkpoint_duration_seconds", "gauge", (), "Wall time of the last checkpoint."),
-    ("checkpoint_last_success_timestamp_seconds", "gauge", (), "Unix time of the last checkpoint."),
+    (
+        "checkpoint_last_success_timestamp_seconds",
+        "gauge",
+        (),
+        "Unix time of the last checkpoint (the run's start until the first).",
+    ),
     (
         "checkpoint_failures_total",
         "counter",
@@ -120,6 +149,19 @@ METRICS: tuple[tuple[str, str, tuple[str, ...], str], ...] = (
     ("rollout_latency_seconds", "histogram", (), "Wall time of one rollout call, writes included."),
     ("step_latency_seconds", "histogram", (), "Wall time of one learner round on rank 0."),
 )
+
+
+def node_labels(node_ids: list[str | None]) -> list[str]:
+    """The ``node`` label of each Ray node id: ``<ip>/<first 8 hex digits>`` (or the id)."""
+    addresses: dict[str, str] = {}
+    if any(node_ids):
+        import ray
+
+        with contextlib.suppress(Exception):  # labels must never stop a run
+            addresses = {n["NodeID"]: n["NodeManagerAddress"] for n in ray.nodes()}
+    return [
+        f"{addresses[node]}/{node[:8]}" if node in addresses else (node or "") for node in node_ids
+    ]
 
 
 def exported_name(name: str) -> str:
@@ -158,8 +200,11 @@ class MetricsExporter:
     ) -> None:
         self.run_id = run_id
         self.frame_skip = 1  # the run's collector.frame_skip, set by attach()
+        self.max_collector_series = 64  # the run's metrics.max_collector_series, set by attach()
         self.registry = CollectorRegistry()
         self._seen: dict[tuple, float] = {}
+        self._collector_series: dict[int, object] = {}  # rollouts_total child per collector
+        self._hot: tuple | None = None  # the series every receipt moves (set by zero())
         self.metrics = {}
         for name, kind, labels, help_text in METRICS:
             full = (
@@ -205,8 +250,12 @@ class MetricsExporter:
         return f"http://{self.host}:{self.port}/metrics"
 
     def attach(self, controller: MetricsHost) -> None:
-        """Registers the hooks that keep the metrics current (they read the run's counters)."""
-        self.frame_skip = controller.config.collector.frame_skip
+        """Registers the hooks that keep the metrics current; every known series starts at 0."""
+        config = controller.config
+        self.frame_skip = config.collector.frame_skip
+        self.max_collector_series = config.metrics.max_collector_series
+        self.zero(config.replay.num_shards)
+        controller.register("setup", self.on_setup)
         controller.register("rollout", self.on_rollout)
         controller.register("external", self.on_external)
         controller.register("round", self.on_round)
@@ -214,17 +263,57 @@ class MetricsExporter:
         controller.register("checkpoint", self.on_checkpoint)
         controller.register("checkpoint_failed", self.on_checkpoint_failed)
 
+    def zero(self, num_shards: int) -> None:
+        """Creates every series whose labels are known before the run starts, at 0."""
+        for name, _, labels, _ in METRICS:
+            if not labels:
+                self.m(name)
+        for source in SOURCES:
+            self.m("frames_total", source=source)
+            self.m("transitions_total", source=source)
+        for shard in range(num_shards):
+            for name in SHARD_METRICS:
+                self.m(name, shard=str(shard))
+        self.m("loss", term="nonfinite_skipped")  # every stepper reports it
+        self.m("checkpoint_last_success_timestamp_seconds").set_to_current_time()
+        self._hot = (
+            self.m("frames_total", source="collector"),
+            self.m("transitions_total", source="collector"),
+            self.m("episodes_total"),
+            self.m("rollout_latency_seconds"),
+            self.m("policy_lag_versions"),
+        )
+
+    def on_setup(self, controller: MetricsHost) -> None:
+        """The collectors answer: their ``rollouts_total`` series, per collector or per node."""
+        collectors = controller.collectors
+        nodes = node_labels(collectors.nodes if collectors is not None else [])
+        aggregate = len(nodes) > self.max_collector_series
+        self._collector_series = {
+            index: self.m("rollouts_total", collector="" if aggregate else str(index), node=node)
+            for index, node in enumerate(nodes)
+        }
+
+    def _rollouts_series(self, collector_id: int):
+        series = self._collector_series.get(collector_id)
+        if series is None:  # not attached to a run: per collector, node unknown
+            series = self.m("rollouts_total", collector=str(collector_id), node="")
+            self._collector_series[collector_id] = series
+        return series
+
     def on_rollout(self, controller: Counted, receipt) -> None:
-        """Counts one rollout receipt."""
-        m = self.m
-        m("frames_total", source="collector").inc(receipt.frames * self.frame_skip)
-        m("transitions_total", source="collector").inc(receipt.frames)
-        m("rollouts_total", collector=str(receipt.collector_id)).inc()
-        m("episodes_total").inc(len(receipt.episode_returns))
-        m("rollout_latency_seconds").observe(receipt.rollout_s + receipt.write_s)
+        """Counts one rollout receipt (series looked up once, in :meth:`zero`)."""
+        if self._hot is None:
+            self.zero(0)
+        frames, transitions, episodes, latency, lag = self._hot
+        frames.inc(receipt.frames * self.frame_skip)
+        transitions.inc(receipt.frames)
+        self._rollouts_series(receipt.collector_id).inc()
+        if receipt.episode_returns:
+            episodes.inc(len(receipt.episode_returns))
+        latency.observe(receipt.rollout_s + receipt.write_s)
         if receipt.policy_version >= 0:
-            lag = controller.counters.model_version - receipt.policy_version
-            m("policy_lag_versions").observe(max(lag, 0))
+            lag.observe(max(controller.counters.model_version - receipt.policy_version, 0))
 
     def on_external(self, controller: Counted, receipt) -> None:
         """Counts one external actor's batch (gRPC), like a rollout's frames."""
@@ -251,7 +340,10 @@ class MetricsExporter:
         m("learner_generation").set(c.generation)
         self.metrics["exploration"].clear()
         for param, value in snapshot.get("exploration", {}).items():
-            if isinstance(value, list | tuple):  # one per collector: param="epsilons[3]"
+            if isinstance(value, list | tuple) and len(value) > self.max_collector_series:
+                m("exploration", param=f"{param}[min]").set(float(min(value)))
+                m("exploration", param=f"{param}[max]").set(float(max(value)))
+            elif isinstance(value, list | tuple):  # one per collector: param="epsilons[3]"
                 for index, item in enumerate(value):
                     m("exploration", param=f"{param}[{index}]").set(float(item))
             else:

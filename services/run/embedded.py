@@ -73,11 +73,13 @@ def init_ray(*configs: RunConfig) -> None:
 
     The embedded cluster declares at least as many logical CPUs as the actors of all
     ``configs`` (the runs that will share it) ask for, so a small machine runs the default job
-    or a sweep (the OS shares the real cores).
+    or a sweep (the OS shares the real cores). Its dashboard starts only with
+    ``ray.dashboard: true`` (a run does not use it, and it adds to every start-up).
     """
     import ray
 
     from collector.config import INLINE_WRITE_ENV
+    from replay.local_ray import agent_port_chosen_by_os
     from services.run.raytools import log_cluster
 
     if ray.is_initialized():
@@ -89,7 +91,9 @@ def init_ray(*configs: RunConfig) -> None:
     # Every process of the embedded cluster inherits the collectors' inline-write limit, so
     # collectors start in prestarted workers instead of dedicated ones (see collector.group).
     os.environ.update(INLINE_WRITE_ENV)
-    with own_process_group():  # a signal to the driver's process group spares the cluster
+    # A signal to the driver's process group spares the cluster; another cluster on the machine
+    # holding Ray's fixed agent port does not delay the start (replay.local_ray).
+    with own_process_group(), agent_port_chosen_by_os():
         context = ray.init(
             address="local",  # never attach to a `ray start` cluster found on this machine
             num_cpus=max(os.cpu_count() or 1, math.ceil(sum(logical_cpus(c) for c in configs))),

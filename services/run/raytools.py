@@ -1,16 +1,16 @@
 """The Ray toolbox on a run: the dashboard and the logged addresses (``ray`` config section).
 
-The embedded local Ray (``services.run.embedded.init_ray``) starts Ray's dashboard on loopback
-unless ``ray.dashboard: false``, so ``ray list actors``, ``ray status``, ``ray memory`` and the
-dashboard itself can be pointed at a running job. At start the run logs the cluster's address
-and the dashboard's URL::
+The embedded local Ray (``services.run.embedded.init_ray``) starts Ray's dashboard on loopback with
+``ray.dashboard: true`` (off by default: a run does not use it), so ``ray list actors``,
+``ray status``, ``ray memory`` and the dashboard itself can be pointed at a running job. At
+start the run logs the cluster's address and the dashboard's URL::
 
     relayrl: Ray at 127.0.0.1:61379, dashboard http://127.0.0.1:8265
       (try: RAY_AUTH_MODE=token ray list actors --address 127.0.0.1:61379)
 
 The dashboard's port is Ray's default 8265; when another cluster holds it, Ray takes the next
 free one, so read the URL from the log. Starting the dashboard adds to Ray's start-up
-(``docs/benchmarks.md``); ``ray.dashboard: false`` saves it.
+(``docs/benchmarks.md``), which is why it is off unless asked for.
 """
 
 from __future__ import annotations
@@ -62,5 +62,5 @@ def log_cluster(context) -> ClusterAddresses:
             found.address,
         )
     else:  # the state API behind `ray list` lives in the dashboard
-        logger.info("Ray at %s, dashboard off (ray.dashboard: false)", found.address)
+        logger.info("Ray at %s, dashboard off (ray.dashboard: true starts it)", found.address)
     return found

@@ -51,15 +51,17 @@ class OffPolicyLoop:
         return self.steps_target() - c.counters.optim_steps <= ctrl.max_lag_steps
 
     def _issue_rollouts(self) -> None:
+        """Fills the free slots (what finished since the last call), not a scan of the fleet."""
         c, cfg = self.controller, self.config.collector
-        per_collector = [0] * len(c.collectors)
-        for index in c.inflight.values():
-            per_collector[index] += 1
-        for index in range(len(c.collectors)):
-            while per_collector[index] < cfg.max_inflight and self._collection_open():
-                ref = c.collectors.rollout(index, cfg.rollout_frames, c.exploration(), c.weights)
-                c.inflight[ref] = index
-                per_collector[index] += 1
+        explore = None
+        while (index := c.inflight.next_free()) is not None:
+            if not self._collection_open():
+                c.inflight.release(index)
+                return
+            if explore is None:
+                explore = c.exploration()
+            ticket = c.collectors.rollout(index, cfg.rollout_frames, explore, c.weights)
+            c.inflight.add(ticket, index)
 
     def _maybe_start_round(self) -> None:
         c = self.controller

@@ -46,8 +46,8 @@ class OnPolicyLoop:
         c, cfg = self.controller, self.config.collector
         exploration = c.exploration()
         for index in range(len(c.collectors)):
-            ref = c.collectors.rollout(index, cfg.rollout_frames, exploration, c.weights)
-            c.inflight[ref] = index
+            ticket = c.collectors.rollout(index, cfg.rollout_frames, exploration, c.weights)
+            c.inflight.add(ticket, index)
         before = c.counters.transitions
         failures = c.counters.collector_failures
         while c.inflight:
