@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib
 import sys
 
-SUBCOMMANDS = ("grpc", "solve", "atari", "marl", "soak", "checkpoint")
+SUBCOMMANDS = ("grpc", "solve", "learn", "atari", "marl", "soak", "checkpoint")
 
 
 def main(argv: list[str]) -> int:
