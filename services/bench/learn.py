@@ -14,7 +14,9 @@ Per entry, in the last line of standard output (one JSON object, entries under `
 figure and its source) and ``vs_reference`` (median frames to threshold over the reference's
 frames), and ``plot``: a PNG of the running mean return against frames for each seed, with the
 threshold and the reference marked (:mod:`services.bench.learn_plot`), written under ``--out``
-(default ``<storage root>/bench-learn-<time>``) next to the runs' directories.
+(default ``<storage root>/bench-learn-<time>``) next to the runs' directories and
+``report.json`` (the entries so far). A run that fails or times out counts as not reached, its
+error under ``errors``, and the bench goes on.
 
 Examples:
     python -m services.bench learn --suite cpu --seeds 3
@@ -182,6 +184,7 @@ def summarize(entry: Entry, runs: list[dict], frames: int) -> dict:
         "wall_s": [r["wall_s"] for r in runs],
         "seconds_to_threshold": [r["seconds_to_threshold"] for r in runs],
         "final_return": [r["final_return"] for r in runs],
+        "errors": [r["error"] for r in runs if "error" in r],
         "reference": {
             "frames": reference.frames,
             "score": reference.score,
@@ -244,22 +247,50 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     out = (args.out or default_out()).expanduser().absolute()
     (out / "runs").mkdir(parents=True, exist_ok=True)
+    try:
+        report = run_entries(entries, args, out)
+    except KeyboardInterrupt:
+        print("relayrl: interrupted; the current run was stopped", file=sys.stderr)
+        return 130
+    head = {"suite": args.suite, "seeds": args.seeds, "overrides": args.set, "out": str(out)}
+    print(json.dumps({**head, "entries": report}), flush=True)
+    return 0
+
+
+def run_entries(entries: list[Entry], args: argparse.Namespace, out: Path) -> dict:
+    """Runs every entry over its seeds; returns the report keyed by entry name."""
     report = {}
     for entry in entries:
         frames = min(entry.frame_budget, args.frames or entry.frame_budget)
         runs = []
         for seed in range(args.seeds):
-            run = run_once(
-                entry, seed, out / "runs", frames, timeout=args.timeout, extra=tuple(args.set)
-            )
+            try:
+                run = run_once(
+                    entry, seed, out / "runs", frames, timeout=args.timeout, extra=tuple(args.set)
+                )
+            except (RuntimeError, subprocess.TimeoutExpired) as err:  # the next runs go on
+                run = failed_run(seed, err)
             shown = {k: v for k, v in run.items() if k not in ("curve", "run_dir")}
             print(f"{entry.name} seed {seed}: {json.dumps(shown)}", file=sys.stderr, flush=True)
             runs.append(run)
         report[entry.name] = summarize(entry, runs, frames)
         report[entry.name]["plot"] = str(plot_entry(entry, runs, out))
-    head = {"suite": args.suite, "seeds": args.seeds, "overrides": args.set, "out": str(out)}
-    print(json.dumps({**head, "entries": report}), flush=True)
-    return 0
+        (out / "report.json").write_text(json.dumps(report, indent=1))  # so far, if stopped
+    return report
+
+
+def failed_run(seed: int, err: Exception) -> dict:
+    """A seed's figures for a run that failed or timed out (counted as not reached)."""
+    return {
+        "seed": seed,
+        "frames_to_threshold": None,
+        "seconds_to_threshold": None,
+        "frames": None,
+        "final_return": None,
+        "wall_s": None,
+        "error": str(err)[-400:],
+        "curve": [],
+    }
 
 
 if __name__ == "__main__":
