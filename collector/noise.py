@@ -96,3 +96,8 @@ class ColoredNoise:
         self.rng.bit_generator.state = state["rng"]
         self.buffer = np.asarray(state["buffer"], dtype=np.float32)
         self.position = int(state["position"])
+
+
+def policy_noise(beta: float, horizon: int, seed: np.random.SeedSequence) -> ColoredNoise | None:
+    """A policy's colored noise, seeded from a child of its ``seed``; None for white noise."""
+    return ColoredNoise(beta, horizon, seed.spawn(1)[0]) if beta > 0 else None

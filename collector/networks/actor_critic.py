@@ -33,7 +33,7 @@ import torch
 from torch import nn
 
 from collector.networks.common import Explore, exploration
-from collector.noise import ColoredNoise
+from collector.noise import policy_noise
 
 DISTRIBUTIONS = ("categorical", "gaussian")
 _LOG_SQRT_2PI = 0.5 * math.log(2 * math.pi)
@@ -157,7 +157,7 @@ class StochasticActor:
         self.network = network
         self.spec = network.spec
         self.generator = torch.Generator().manual_seed(int(seed.generate_state(1)[0]))
-        self.noise = ColoredNoise(noise_beta, horizon, seed.spawn(1)[0]) if noise_beta else None
+        self.noise = policy_noise(noise_beta, horizon, seed)
 
     def act(self, obs: np.ndarray, explore: Explore = None) -> tuple[np.ndarray, dict]:
         """Samples one action per row (exploration is the sampling itself).

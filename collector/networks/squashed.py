@@ -26,7 +26,7 @@ import torch
 from torch import nn
 
 from collector.networks.common import Explore, exploration, mlp_trunk
-from collector.noise import ColoredNoise
+from collector.noise import policy_noise
 
 LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0
 
@@ -155,9 +155,7 @@ class TanhGaussianPolicy:
         self.generator = torch.Generator().manual_seed(int(seed.generate_state(1)[0]))
         self.low = np.asarray(self.spec.action_low, dtype=np.float32)
         self.high = np.asarray(self.spec.action_high, dtype=np.float32)
-        self.noise = None
-        if noise_beta > 0:
-            self.noise = ColoredNoise(noise_beta, horizon, seed.spawn(1)[0])
+        self.noise = policy_noise(noise_beta, horizon, seed)
 
     def act(self, obs: np.ndarray, explore: Explore = None) -> tuple[np.ndarray, dict]:
         """Returns float32 actions ``[n, action_dim]`` and no extras."""

@@ -44,7 +44,7 @@ def plot_entry(entry: Entry, runs: list[dict], out: Path) -> Path:
             linestyle="--",
             label=f"reference: {reference.score:g} in {reference.frames:,} frames ({source})",
         )
-        ax.axvline(reference.frames * 1.5, color="tab:red", linestyle=":", alpha=0.5)
+        ax.axvline(reference.frames * 1.5, color="tab:red", linestyle=":", alpha=0.5, label="1.5 x")
     else:
         label = f"reference: {reference.score:g} ({source})"
         ax.axhline(reference.score, color="tab:red", linestyle="--", label=label)
