@@ -50,7 +50,7 @@ class NetworkOptions:
             (``learner.pixel_torso``).
         prev_action: Agents also see their previous action (``learner.marl.prev_action``).
         global_state: The multi-agent wrapper's state source (``collector.global_state``).
-        action_noise: The color of SAC's exploration noise (``collector.action_noise``).
+        action_noise: The color of a Gaussian policy's noise (``collector.action_noise``).
     """
 
     env_id: str

@@ -268,7 +268,7 @@ _ENTRIES = (
     Entry(
         "spread-qmix",
         "spread_qmix.yaml",
-        -65.0,
+        -60.0,
         200_000,
         Reference(
             60_000,
@@ -284,7 +284,7 @@ _ENTRIES = (
     Entry(
         "spread-vdn",
         "spread_vdn.yaml",
-        -65.0,
+        -60.0,
         200_000,
         Reference(
             60_000,
