@@ -4,7 +4,10 @@ Layout:
     * ``config``: :class:`CollectorConfig` (envs, rollouts, n-step, actors, exploration).
     * ``env``: vector envs in gymnasium's ``NEXT_STEP`` autoreset mode, from a gymnasium id or a
       ``package.module:function`` factory (with ``env_kwargs``), sync or async; per-env seeds
-      derived from the run seed and the collector index.
+      derived from the run seed and the collector index; the relayrl extra a gymnasium env
+      family needs (``box2d``, ``mujoco``), named when it is missing.
+    * ``noise``: :class:`~collector.noise.ColoredNoise`, temporally correlated (pink, red)
+      Gaussian noise for Gaussian policies' exploration (``collector.action_noise``).
     * ``networks``: the room both collectors and learners import for the run's network: the
       :class:`~collector.networks.NetworkSpec` protocol and its specs (``q_mlp``: the DQN MLP
       with epsilon-greedy; ``actor_critic``: categorical / Gaussian actor-critics storing

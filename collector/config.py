@@ -7,6 +7,7 @@ import os
 from typing import Any
 
 from collector.env import VECTOR_MODES
+from collector.noise import COLORS
 
 EPSILON_SCHEDULES = ("linear", "apex")
 GLOBAL_STATES = ("auto", "env", "observations", "none")
@@ -79,6 +80,11 @@ class CollectorConfig:
             ``apex_epsilon ** (1 + apex_alpha * i / (N - 1))`` after ``init_random_frames``).
         apex_epsilon: Base of the Ape-X epsilons.
         apex_alpha: Exponent spread of the Ape-X epsilons.
+        action_noise: The color of a Gaussian policy's sampling noise (SAC, and PPO, A2C,
+            REINFORCE on continuous actions): ``white`` (independent per step), ``pink`` or
+            ``red`` (temporally correlated, Eberhard et al., 2023; ``collector.noise``), one
+            sequence per env as long as an episode. Pink explores MountainCarContinuous, where
+            white noise never reaches the goal.
     """
 
     # Environments
@@ -110,6 +116,7 @@ class CollectorConfig:
     epsilon_schedule: str = "linear"
     apex_epsilon: float = 0.4
     apex_alpha: float = 7.0
+    action_noise: str = "white"
 
     def __post_init__(self) -> None:
         checks = [
@@ -203,6 +210,12 @@ class CollectorConfig:
             ),
             (0 < self.apex_epsilon <= 1, "apex_epsilon", "must be in (0, 1]", self.apex_epsilon),
             (self.apex_alpha >= 0, "apex_alpha", "must be >= 0", self.apex_alpha),
+            (
+                self.action_noise in COLORS,
+                "action_noise",
+                f"must be one of {tuple(COLORS)}",
+                self.action_noise,
+            ),
         ]
         for ok, field, rule, value in checks:
             if not ok:

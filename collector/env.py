@@ -11,6 +11,9 @@ import gymnasium as gym
 import numpy as np
 
 VECTOR_MODES = ("sync", "async")
+# Gymnasium env families whose dependencies are relayrl extras (pyproject.toml), by the module
+# of their entry point.
+ENV_EXTRAS = {"gymnasium.envs.box2d.": "box2d", "gymnasium.envs.mujoco.": "mujoco"}
 AUTORESET_MODES = {
     "next_step": gym.vector.AutoresetMode.NEXT_STEP,
     "same_step": gym.vector.AutoresetMode.SAME_STEP,
@@ -26,6 +29,32 @@ def is_factory_path(env_id: str) -> bool:
     """
     module, sep, function = env_id.partition(":")
     return bool(sep) and bool(module) and function.isidentifier()
+
+
+def extra_for(env_id: str) -> str | None:
+    """The relayrl extra a registered gymnasium env needs (``box2d``, ``mujoco``), or None.
+
+    Examples:
+        >>> extra_for("LunarLander-v3"), extra_for("Hopper-v5"), extra_for("CartPole-v1")
+        ('box2d', 'mujoco', None)
+    """
+    if is_factory_path(env_id):
+        return None
+    try:
+        entry_point = gym.spec(env_id).entry_point
+    except gym.error.Error:
+        return None
+    if not isinstance(entry_point, str):
+        return None
+    return next((x for prefix, x in ENV_EXTRAS.items() if entry_point.startswith(prefix)), None)
+
+
+def missing_extra_hint(env_id: str) -> str | None:
+    """``the <extra> extra is not installed: pip install "relayrl[<extra>]"`` for the env."""
+    extra = extra_for(env_id)
+    if extra is None:
+        return None
+    return f'the {extra} extra is not installed: pip install "relayrl[{extra}]"'
 
 
 def resolve_factory(path: str) -> Callable[..., gym.Env]:

@@ -98,7 +98,7 @@ def test_ppo_with_two_ranks_splits_every_minibatch(ray_cluster, tmp_path):
 
 @pytest.mark.parametrize(
     ("config", "frames", "threshold"),
-    [("cartpole_a2c.yaml", 40_000, 80.0), ("cartpole_reinforce.yaml", 50_000, 60.0)],
+    [("cartpole_a2c.yaml", 20_480, 80.0), ("cartpole_reinforce.yaml", 50_000, 60.0)],
 )
 def test_on_policy_configs_learn(ray_cluster, tmp_path, config, frames, threshold):
     summary, rollouts, rounds = run_config(

@@ -20,7 +20,7 @@ PAGES = [README, *DOCS]
 # CI (.ci/run) and a hook read these two blocks: keep them byte-identical and first.
 MAIN_COMMAND = 'pip install "torch==2.13.0" && pip install -e . && python -m services.train'
 TEST_COMMAND = (
-    'pip install "torch==2.13.0" && pip install -e ".[dev,atari,torchrl,marl]" '
+    'pip install "torch==2.13.0" && pip install -e ".[dev,atari,torchrl,marl,box2d,mujoco]" '
     "&& python -m pytest -q"
 )
 ALGORITHMS = ("dqn", "ppo", "a2c", "reinforce", "sac", "iql", "vdn", "qmix")

@@ -69,3 +69,32 @@ def test_the_agent_network_reads_the_wrapper_s_spaces():
 def test_a_builder_refuses_spaces_it_cannot_serve_naming_the_env(network):
     with pytest.raises(ValueError, match=r"^collector\.env_id: .*Test-v0"):
         NETWORKS[network](OPTIONS, FRAMES, gym.spaces.Discrete(2))
+
+
+def test_the_pixel_actor_critic_starts_as_cleanrl_s_ppo_atari():
+    # Orthogonal weights (gain sqrt 2 in the Nature torso, 0.01 policy, 1 value): with torch's
+    # default init the features were ~30x smaller and PPO on Pong barely moved its policy.
+    import math
+
+    import torch
+
+    from collector.networks.cnn import PixelActorCriticSpec
+
+    torch.manual_seed(0)
+    network = PixelActorCriticSpec(4, 84, 84, 6).build()
+    layers = [
+        m for m in network.torso.modules() if isinstance(m, torch.nn.Conv2d | torch.nn.Linear)
+    ]
+    heads = [(network.policy_head, 0.01), (network.value_head, 1.0)]
+    for layer, gain in [*((layer, math.sqrt(2)) for layer in layers), *heads]:
+        weight = layer.weight.detach().flatten(1)
+        rows = min(weight.shape)
+        gram = weight @ weight.T if weight.shape[0] <= weight.shape[1] else weight.T @ weight
+        assert torch.allclose(gram, gain**2 * torch.eye(rows), atol=1e-4 * max(gain**2, 1))
+        assert not layer.bias.detach().any()
+    frames = torch.randint(0, 256, (32, 4, 84, 84), dtype=torch.uint8)
+    with torch.no_grad():
+        logits, _ = network(frames)
+        features = network.torso(frames)
+    assert features.std() > 0.1  # torch's default init: about 0.014
+    assert logits.abs().max() < 0.1  # a near-uniform policy to start

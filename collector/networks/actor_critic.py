@@ -17,7 +17,9 @@ Distributions:
       only what it hands to a ``Box`` env.
 
 Sampling uses a per-collector ``torch.Generator``, so runs are reproducible and its state is
-part of the collector's ``state_dict``.
+part of the collector's ``state_dict``. A Gaussian's noise may be colored instead
+(``noise_beta > 0``, ``collector.action_noise``: :mod:`collector.noise`): each step is still a
+standard normal draw, so ``log_prob`` is the same density, but steps are correlated in time.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ import torch
 from torch import nn
 
 from collector.networks.common import Explore, exploration
+from collector.noise import policy_noise
 
 DISTRIBUTIONS = ("categorical", "gaussian")
 _LOG_SQRT_2PI = 0.5 * math.log(2 * math.pi)
@@ -60,6 +63,9 @@ class ActorCriticSpec:
         hidden_sizes: Hidden widths of both MLPs.
         log_std_init: Initial ``log_std`` of the Gaussian.
         squash: Pass Gaussian samples through ``tanh``.
+        noise_beta: The Gaussian's sampling noise: 0 white (independent per step), 1 pink,
+            2 red (:mod:`collector.noise`).
+        noise_horizon: Steps per colored noise sequence (the env's episode length).
 
     Examples:
         >>> spec = ActorCriticSpec(obs_dim=3, action_dim=2, distribution="gaussian")
@@ -75,6 +81,8 @@ class ActorCriticSpec:
     hidden_sizes: tuple[int, ...] = (64, 64)
     log_std_init: float = 0.0
     squash: bool = False
+    noise_beta: float = 0.0
+    noise_horizon: int = 1000
     family: ClassVar[str] = "actor_critic"  # its contract: collector.networks.contracts
 
     def __post_init__(self) -> None:
@@ -88,14 +96,18 @@ class ActorCriticSpec:
             )
         if self.squash and self.distribution != "gaussian":
             raise ValueError("squash: applies to the gaussian distribution only, got True")
+        if self.noise_beta and self.distribution != "gaussian":
+            raise ValueError(f"noise_beta: colors a gaussian's noise only, got {self.noise_beta}")
 
     def build(self) -> ActorCritic:
         """Returns a freshly initialized module (uses torch's global RNG)."""
         return ActorCritic(self)
 
     def make_policy(self, network: ActorCritic, seed: np.random.SeedSequence) -> StochasticActor:
-        """The sampling policy collectors run with this module."""
-        return StochasticActor(network, seed)
+        """The sampling policy collectors run with this module (and this spec's noise)."""
+        return StochasticActor(
+            network, seed, noise_beta=self.noise_beta, horizon=self.noise_horizon
+        )
 
 
 class ActorCritic(nn.Module):
@@ -130,12 +142,24 @@ class StochasticActor:
     Args:
         network: The module; its spec selects the distribution.
         seed: Seeds the sampling generator.
+
+    Keyword Args:
+        noise_beta: A Gaussian's noise color (0: white, drawn per step by the generator).
+        horizon: Steps per colored noise sequence.
     """
 
-    def __init__(self, network: ActorCritic, seed: np.random.SeedSequence) -> None:
+    def __init__(
+        self,
+        network: ActorCritic,
+        seed: np.random.SeedSequence,
+        *,
+        noise_beta: float = 0.0,
+        horizon: int = 1000,
+    ) -> None:
         self.network = network
         self.spec = network.spec
         self.generator = torch.Generator().manual_seed(int(seed.generate_state(1)[0]))
+        self.noise = policy_noise(noise_beta, horizon, seed)
 
     def act(self, obs: np.ndarray, explore: Explore = None) -> tuple[np.ndarray, dict]:
         """Samples one action per row (exploration is the sampling itself).
@@ -180,7 +204,10 @@ class StochasticActor:
 
     def _gaussian(self, mean: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         log_std = self.network.log_std.expand_as(mean)
-        noise = torch.randn(mean.shape, generator=self.generator)
+        if self.noise is not None:
+            noise = torch.from_numpy(self.noise.sample(*mean.shape))
+        else:
+            noise = torch.randn(mean.shape, generator=self.generator)
         sample = mean + log_std.exp() * noise
         log_prob = (-0.5 * noise.square() - log_std - _LOG_SQRT_2PI).sum(-1)
         if self.spec.squash:
@@ -190,9 +217,14 @@ class StochasticActor:
         return sample, log_prob
 
     def state_dict(self) -> dict:
-        """The sampling generator's state (a uint8 array)."""
-        return {"torch_rng": self.generator.get_state().numpy()}
+        """The sampling generator's state (a uint8 array), and the colored noise's if any."""
+        state = {"torch_rng": self.generator.get_state().numpy()}
+        if self.noise is not None:
+            state["noise"] = self.noise.state_dict()
+        return state
 
     def load_state_dict(self, state: dict) -> None:
-        """Restores the sampling generator."""
+        """Restores the sampling generator (and the colored noise, when both have one)."""
         self.generator.set_state(torch.tensor(np.asarray(state["torch_rng"]), dtype=torch.uint8))
+        if self.noise is not None and "noise" in state:
+            self.noise.load_state_dict(state["noise"])

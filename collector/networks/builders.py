@@ -50,6 +50,7 @@ class NetworkOptions:
             (``learner.pixel_torso``).
         prev_action: Agents also see their previous action (``learner.marl.prev_action``).
         global_state: The multi-agent wrapper's state source (``collector.global_state``).
+        action_noise: The color of a Gaussian policy's noise (``collector.action_noise``).
     """
 
     env_id: str
@@ -58,6 +59,7 @@ class NetworkOptions:
     pixel_torso: str = "nature"
     prev_action: bool = False
     global_state: str = "auto"
+    action_noise: str = "white"
 
 
 NetworkBuilder = Callable[[NetworkOptions, gym.Space, gym.Space], NetworkSpec]
@@ -122,11 +124,19 @@ def actor_critic(
 ) -> NetworkSpec:
     """A categorical (``Discrete`` actions) or Gaussian (``Box``) actor-critic MLP."""
     from collector.networks.actor_critic import ActorCriticSpec
+    from collector.noise import COLORS
 
     obs_dim = flat_obs_dim(options.env_id, obs_space)
     if isinstance(action_space, gym.spaces.Discrete):
         return ActorCriticSpec(obs_dim, int(action_space.n), "categorical", options.hidden_sizes)
-    return ActorCriticSpec(obs_dim, int(action_space.shape[0]), "gaussian", options.hidden_sizes)
+    return ActorCriticSpec(
+        obs_dim,
+        int(action_space.shape[0]),
+        "gaussian",
+        options.hidden_sizes,
+        noise_beta=COLORS[options.action_noise],
+        noise_horizon=episode_steps(options.env_id),
+    )
 
 
 def cnn_actor_critic(
@@ -142,6 +152,7 @@ def cnn_actor_critic(
 def squashed(options: NetworkOptions, obs_space: gym.Space, action_space: gym.Space) -> NetworkSpec:
     """SAC's tanh-Gaussian actor, squashed into the ``Box`` action space's bounds."""
     from collector.networks.squashed import SquashedGaussianSpec
+    from collector.noise import COLORS
 
     obs_dim = flat_obs_dim(options.env_id, obs_space)
     return SquashedGaussianSpec(
@@ -150,7 +161,27 @@ def squashed(options: NetworkOptions, obs_space: gym.Space, action_space: gym.Sp
         tuple(float(x) for x in action_space.low),
         tuple(float(x) for x in action_space.high),
         options.hidden_sizes,
+        noise_beta=COLORS[options.action_noise],
+        noise_horizon=episode_steps(options.env_id),
     )
+
+
+def episode_steps(env_id: str, default: int = 1000) -> int:
+    """The time limit of a registered gymnasium env, else ``default`` (factories, no limit).
+
+    Examples:
+        >>> episode_steps("MountainCarContinuous-v0"), episode_steps("pkg.mod:make_env")
+        (999, 1000)
+    """
+    from collector.env import is_factory_path
+
+    if is_factory_path(env_id):
+        return default
+    try:
+        steps = gym.spec(env_id).max_episode_steps
+    except gym.error.Error:
+        return default
+    return int(steps) if steps and steps > 1 else default
 
 
 def agents(options: NetworkOptions, obs_space: gym.Space, action_space: gym.Space) -> NetworkSpec:

@@ -9,6 +9,11 @@ Its log-probability includes the change of variables (Haarnoja et al., 2018, app
 The same :meth:`SquashedGaussianActor.sample` (reparameterized, ``rsample``) serves the learner's
 actor loss and, under ``inference_mode``, the collectors. Published weights are the actor's
 only: the critics live in the learner's loss module.
+
+With ``noise_beta > 0`` (``collector.action_noise``: ``pink`` or ``red``) the collectors draw the
+Gaussian's noise from colored sequences (:mod:`collector.noise`) instead of independently per
+step, and the warm-up's random actions are ``tanh`` of the same noise; the learner's samples
+stay white.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ import torch
 from torch import nn
 
 from collector.networks.common import Explore, exploration, mlp_trunk
+from collector.noise import policy_noise
 
 LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0
 
@@ -36,6 +42,9 @@ class SquashedGaussianSpec:
         action_low: Lower bound of each action dimension.
         action_high: Upper bound of each action dimension.
         hidden_sizes: Hidden widths (ReLU).
+        noise_beta: The collectors' exploration noise: 0 white (independent per step), 1 pink,
+            2 red (:mod:`collector.noise`).
+        noise_horizon: Steps per colored noise sequence (the env's episode length).
 
     Examples:
         >>> spec = SquashedGaussianSpec(3, 1, (-2.0,), (2.0,))
@@ -50,6 +59,8 @@ class SquashedGaussianSpec:
     action_low: tuple[float, ...]
     action_high: tuple[float, ...]
     hidden_sizes: tuple[int, ...] = (256, 256)
+    noise_beta: float = 0.0
+    noise_horizon: int = 1000
     family: ClassVar[str] = "squashed"  # its contract: collector.networks.contracts
 
     def __post_init__(self) -> None:
@@ -68,8 +79,10 @@ class SquashedGaussianSpec:
     def make_policy(
         self, network: SquashedGaussianActor, seed: np.random.SeedSequence
     ) -> TanhGaussianPolicy:
-        """The sampling policy collectors run with this actor."""
-        return TanhGaussianPolicy(network, seed)
+        """The sampling policy collectors run with this actor (and this spec's noise)."""
+        return TanhGaussianPolicy(
+            network, seed, noise_beta=self.noise_beta, horizon=self.noise_horizon
+        )
 
 
 class SquashedGaussianActor(nn.Module):
@@ -129,45 +142,72 @@ class TanhGaussianPolicy:
     """Collector policy of a :class:`SquashedGaussianActor`.
 
     Exploration parameters: ``random`` draws uniform actions in the bounds (SAC's warm-up
-    during ``init_random_frames``), ``deterministic`` takes the squashed mean; otherwise the
-    policy samples. No extras are stored (SAC recomputes log-probabilities).
+    during ``init_random_frames``; with colored noise, ``tanh`` of the noise), ``deterministic``
+    takes the squashed mean; otherwise the policy samples. No extras are stored (SAC recomputes
+    log-probabilities).
 
     Args:
         network: The actor.
         seed: Seeds the sampling generators.
+
+    Keyword Args:
+        noise_beta: The exploration noise's color (0: white, sampled per step).
+        horizon: Steps per colored noise sequence.
     """
 
-    def __init__(self, network: SquashedGaussianActor, seed: np.random.SeedSequence) -> None:
+    def __init__(
+        self,
+        network: SquashedGaussianActor,
+        seed: np.random.SeedSequence,
+        *,
+        noise_beta: float = 0.0,
+        horizon: int = 1000,
+    ) -> None:
         self.network = network
         self.spec = network.spec
         self.rng = np.random.default_rng(seed)
         self.generator = torch.Generator().manual_seed(int(seed.generate_state(1)[0]))
         self.low = np.asarray(self.spec.action_low, dtype=np.float32)
         self.high = np.asarray(self.spec.action_high, dtype=np.float32)
+        self.noise = policy_noise(noise_beta, horizon, seed)
 
     def act(self, obs: np.ndarray, explore: Explore = None) -> tuple[np.ndarray, dict]:
         """Returns float32 actions ``[n, action_dim]`` and no extras."""
         params = exploration(explore)
-        n = obs.shape[0]
+        n, dim = obs.shape[0], self.spec.action_dim
+        deterministic = params.get("deterministic")
+        colored = None if deterministic or self.noise is None else self.noise.sample(n, dim)
         if params.get("random"):
-            actions = self.rng.uniform(self.low, self.high, size=(n, self.spec.action_dim))
+            if colored is not None:
+                center, half_range = (self.high + self.low) / 2, (self.high - self.low) / 2
+                return (center + half_range * np.tanh(colored)).astype(np.float32), {}
+            actions = self.rng.uniform(self.low, self.high, size=(n, dim))
             return actions.astype(np.float32), {}
         with torch.inference_mode():
             x = torch.as_tensor(obs, dtype=torch.float32)
-            if params.get("deterministic"):
+            if deterministic:
                 actions = self.network.mode(x)
+            elif colored is not None:
+                mean, log_std = self.network(x)
+                u = mean + log_std.exp() * torch.from_numpy(colored)
+                actions = self.network.center + self.network.half_range * torch.tanh(u)
             else:
                 actions, _ = self.network.sample(x, self.generator)
         return actions.numpy(), {}
 
     def state_dict(self) -> dict:
-        """Both generators' states."""
-        return {
+        """Both generators' states (and the colored noise's, if any)."""
+        state = {
             "numpy_rng": self.rng.bit_generator.state,
             "torch_rng": self.generator.get_state().numpy(),
         }
+        if self.noise is not None:
+            state["noise"] = self.noise.state_dict()
+        return state
 
     def load_state_dict(self, state: dict) -> None:
-        """Restores both generators."""
+        """Restores both generators (and the colored noise, when both have one)."""
         self.rng.bit_generator.state = state["numpy_rng"]
         self.generator.set_state(torch.tensor(np.asarray(state["torch_rng"]), dtype=torch.uint8))
+        if self.noise is not None and "noise" in state:
+            self.noise.load_state_dict(state["noise"])

@@ -3,6 +3,10 @@
 Subcommands (each prints progress to stderr and one JSON object as its last line of stdout):
     * ``solve``: seconds and frames from process start until each algorithm solves its task,
       over seeds (:mod:`services.bench.solve`).
+    * ``learn``: the shipped configs of a suite (``cpu``, ``full``) run to their thresholds,
+      frames to threshold against published references, with a plot per entry
+      (:mod:`services.bench.learn`; the entries: :mod:`services.bench.learn_suite`; the plots:
+      :mod:`services.bench.learn_plot`).
     * ``grpc``: external insert throughput over gRPC against a raw gRPC stream of the same
       bytes (:mod:`services.bench.grpc`).
     * ``atari``: the pixel data path (:mod:`services.bench.atari`; ``--compile``:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib
 import sys
 
-SUBCOMMANDS = ("grpc", "solve", "atari", "marl", "soak", "checkpoint", "hostile", "scale")
+SUBCOMMANDS = ("grpc", "solve", "learn", "atari", "marl", "soak", "checkpoint", "hostile", "scale")
 
 
 def main(argv: list[str], prog: str = "python -m services.bench") -> int:

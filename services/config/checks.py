@@ -30,6 +30,12 @@ def check(config) -> None:
     """
     algo = ALGORITHMS[config.algorithm]
     learner, collector = config.learner, config.collector
+    if collector.action_noise != "white" and algo.network not in ("squashed", "actor_critic"):
+        raise AlgorithmConfigError(
+            f"collector.action_noise: colors the noise of a Gaussian policy (SAC, PPO, A2C, "
+            f"REINFORCE on continuous actions); {algo.name} explores its own way, got "
+            f"{collector.action_noise!r}"
+        )
     if ":" not in learner.loss and learner.loss != algo.loss:
         raise AlgorithmConfigError(
             f"learner.loss: algorithm {algo.name} trains with {algo.loss!r} (or a "
@@ -126,6 +132,11 @@ def check_spaces(config, obs_space: gym.Space, action_space: gym.Space) -> None:
         raise AlgorithmConfigError(
             f"collector.env_id: {algo.name} needs {kind} action space, "
             f"{config.collector.env_id} has {action_space}"
+        )
+    if config.collector.action_noise != "white" and not box:
+        raise AlgorithmConfigError(
+            f"collector.action_noise: colors a Gaussian policy's noise over continuous actions, "
+            f"{config.collector.env_id} has {action_space}; got {config.collector.action_noise!r}"
         )
     if not (discrete or box):
         raise AlgorithmConfigError(

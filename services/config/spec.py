@@ -15,7 +15,7 @@ import os
 
 import gymnasium as gym
 
-from collector.env import is_factory_path, resolve_factory
+from collector.env import is_factory_path, missing_extra_hint, resolve_factory
 from collector.networks.builders import NETWORKS, NetworkOptions
 from services.config import multiagent
 from services.config.checks import check_spaces
@@ -42,6 +42,9 @@ def env_spaces(config: RunConfig) -> Spaces:
             env = resolve_factory(env_id)(**config.collector.env_kwargs)
         else:
             env = gym.make(env_id, **config.collector.env_kwargs)
+    except gym.error.DependencyNotInstalled as err:  # box2d, mujoco: name relayrl's extra
+        hint = missing_extra_hint(env_id) or str(err)
+        raise ConfigError(f"collector.env_id: {env_id!r}: {hint}") from None
     except (gym.error.Error, ValueError, TypeError) as err:
         raise ConfigError(f"collector.env_id: cannot make {env_id!r}: {err}") from None
     except ImportError as err:  # an env needing an optional extra says which (collector.atari)
@@ -93,6 +96,7 @@ def network_options(config: RunConfig) -> NetworkOptions:
         pixel_torso=config.learner.pixel_torso,
         prev_action=config.learner.marl.prev_action,
         global_state=config.collector.global_state,
+        action_noise=config.collector.action_noise,
     )
 
 
