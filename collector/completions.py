@@ -8,7 +8,8 @@ so the driver pays for what finished and nothing else:
     * :class:`Finished`: one rollout's outcome (its ticket, collector, receipt or error);
     * :class:`Completions`: the queue; :meth:`Completions.wait` blocks until something
       finished, then takes everything that did. :meth:`Completions.watch` wakes a waiter when
-      another reference (a learner round) is ready.
+      another reference is ready, and :meth:`Completions.ready` says whether a group of them
+      (a learner round's receipts) all are.
 
 Examples:
     >>> completions = Completions()
@@ -63,6 +64,8 @@ class Completions:
 
     def __init__(self) -> None:
         self._queue: queue.SimpleQueue[Sequence[Finished]] = queue.SimpleQueue()
+        self._watched: Sequence | None = None  # the references :meth:`ready` watches
+        self._futures: list[concurrent.futures.Future] = []
 
     def put(self, batch: Sequence[Finished]) -> None:
         """Adds finished rollouts (an empty batch only wakes a waiter)."""
@@ -77,6 +80,15 @@ class Completions:
         future = ref.future()
         future.add_done_callback(lambda _: self._queue.put(WAKE))
         return future
+
+    def ready(self, refs: Sequence) -> bool:
+        """Whether every reference of ``refs`` is ready (the first call watches them).
+
+        The watched group is kept until ``refs`` is another object (the next learner round).
+        """
+        if self._watched is not refs:
+            self._watched, self._futures = refs, [self.watch(ref) for ref in refs]
+        return all(future.done() for future in self._futures)
 
     def wait(self, timeout: float | None) -> list[Finished]:
         """Waits up to ``timeout`` seconds for anything to finish; returns all that did.

@@ -118,8 +118,6 @@ class Controller:
         cfg = config.collector
         self.inflight = InFlight(cfg.num_collectors, cfg.max_inflight)  # rollouts by ticket
         self.pending_round: PendingRound | None = None
-        self._watched_round: PendingRound | None = None  # wakes wait_and_process when ready
-        self._round_futures: list = []  # its references' futures
         self.stop_requested = False
         self.early_stopping = EarlyStopping.from_config(config.controller)
         self.stop_reason: str | None = None
@@ -276,10 +274,6 @@ class Controller:
         """Exploration parameters for the next rollout (the algorithm's schedule)."""
         return self.algorithm.exploration(self.config, self.counters.collected_frames)
 
-    def epsilon(self) -> float:
-        """The epsilon external epsilon-greedy actors act with (gRPC status)."""
-        return float(self.exploration().get("epsilon", 0.0))
-
     def steps_target(self) -> int:
         """Optimizer steps owed by UTD pacing (0 for loops that do not pace by frames)."""
         target = getattr(self.loop, "steps_target", None)
@@ -295,10 +289,6 @@ class Controller:
         self._stop_at_return(self.accounting.count(receipt))
         self.recovery.note_writes(receipt.writes)
         self.emit("rollout", receipt)
-
-    def check_health(self) -> None:
-        """Handles restarted or stuck replay shards and stuck rollouts (at loop boundaries)."""
-        self.recovery.check()
 
     def _on_round(self) -> None:
         try:
@@ -349,18 +339,15 @@ class Controller:
         Returns:
             False when nothing was in flight.
         """
-        self.check_health()
+        self.recovery.check()  # restarted or stuck replay shards, stuck rollouts
         round_ = self.pending_round
         if not self.inflight and round_ is None:
             return False
-        if round_ is not None and round_ is not self._watched_round:
-            completions = self.collectors.completions  # its readiness wakes the wait below
-            self._round_futures = [completions.watch(ref) for ref in round_.refs]
-            self._watched_round = round_
-        ready = round_ is not None and all(f.done() for f in self._round_futures)
+        completions = self.collectors.completions  # a round's readiness wakes the wait below
+        ready = round_ is not None and completions.ready(round_.refs)
         for finished in self.collectors.completed(0 if ready else timeout):
             self._on_rollout(finished)
-        if round_ is not None and all(f.done() for f in self._round_futures):
+        if round_ is not None and completions.ready(round_.refs):
             self._on_round()
         return True
 

@@ -363,5 +363,5 @@ class Inbox:
             "total_frames": controller.config.controller.total_frames,
             "last_checkpoint": str(last) if last else "",
             "stop_reason": controller.stop_reason or "",
-            "epsilon": controller.epsilon(),
+            "epsilon": float(controller.exploration().get("epsilon", 0.0)),
         }

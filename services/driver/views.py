@@ -191,8 +191,8 @@ class InboxView(Hooked, Protocol):
     def steps_target(self) -> int:
         """Optimizer steps owed by UTD pacing."""
 
-    def epsilon(self) -> float:
-        """The epsilon external actors act with."""
+    def exploration(self) -> dict[str, Any]:
+        """Exploration parameters for the next rollout (``epsilon`` for external actors)."""
 
 
 @runtime_checkable

@@ -22,7 +22,6 @@ when it closes, so Prometheus finds every live run without fixed ports.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import math
@@ -31,6 +30,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+
+from services.observe.nodes import node_labels
 
 if TYPE_CHECKING:
     from services.driver.views import Counted, MetricsHost
@@ -149,19 +150,6 @@ METRICS: tuple[tuple[str, str, tuple[str, ...], str], ...] = (
     ("rollout_latency_seconds", "histogram", (), "Wall time of one rollout call, writes included."),
     ("step_latency_seconds", "histogram", (), "Wall time of one learner round on rank 0."),
 )
-
-
-def node_labels(node_ids: list[str | None]) -> list[str]:
-    """The ``node`` label of each Ray node id: ``<ip>/<first 8 hex digits>`` (or the id)."""
-    addresses: dict[str, str] = {}
-    if any(node_ids):
-        import ray
-
-        with contextlib.suppress(Exception):  # labels must never stop a run
-            addresses = {n["NodeID"]: n["NodeManagerAddress"] for n in ray.nodes()}
-    return [
-        f"{addresses[node]}/{node[:8]}" if node in addresses else (node or "") for node in node_ids
-    ]
 
 
 def exported_name(name: str) -> str:
