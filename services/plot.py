@@ -7,7 +7,6 @@ vs wall time, learner losses vs frames, and throughput (frames/s, updates/s) vs 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
@@ -16,40 +15,9 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
+from services.observe.runlog import evaluation_points, read_log, series
 
-def read_log(run_dir: Path) -> list[dict]:
-    """Reads ``metrics.jsonl`` records.
-
-    Raises:
-        FileNotFoundError: If the run directory has no metrics log.
-        ValueError: If the log holds no record.
-    """
-    path = run_dir / "metrics.jsonl"
-    records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-    if not records:
-        raise ValueError(f"{path}: no records yet")
-    return records
-
-
-def series(records: list[dict], key: str) -> list[float]:
-    """Values of one key (None for missing), nested keys as ``learner.loss_q``."""
-    out = []
-    for record in records:
-        value = record
-        for part in key.split("."):
-            value = value.get(part) if isinstance(value, dict) else None
-        out.append(float("nan") if value is None else value)
-    return out
-
-
-def evaluation_points(records: list[dict]) -> list[tuple[int, float]]:
-    """``(frames, mean return)`` of each distinct evaluation logged (``evaluation`` blocks)."""
-    points = {}
-    for record in records:
-        evaluation = record.get("evaluation")
-        if evaluation and evaluation.get("episode_return_mean") is not None:
-            points[evaluation["frames"]] = evaluation["episode_return_mean"]
-    return sorted(points.items())
+__all__ = ["evaluation_points", "main", "plot_run", "read_log", "series"]
 
 
 def plot_run(run_dir: str | Path) -> Path:

@@ -20,7 +20,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
 
-from services.plot import read_log, series
+from services.observe.runlog import read_log, series
 
 # Summary fields shown per run, in order.
 FIELDS = (
