@@ -10,6 +10,7 @@ import math
 from typing import TYPE_CHECKING
 
 from services.observe.clock import process_start_time
+from services.observe.digest import run_digest
 
 if TYPE_CHECKING:
     from services.driver.views import ReportView
@@ -38,6 +39,7 @@ def snapshot(run: ReportView) -> dict:
         "learner": dict(run.last_learner_metrics),
         "replay": run.replay.stats() if run.replay is not None and run.shards else [],
         **run.loop.state_dict(),
+        **run_digest(run.learners, run.shards),
         **(run.evaluation.snapshot() if run.evaluation is not None else {}),
     }
 
@@ -83,5 +85,6 @@ def summary(run: ReportView) -> dict:
         if first_rollout_at is None
         else round(first_rollout_at - process_start_time(), 3),
         **run.loop.state_dict(),
+        **run_digest(run.learners, run.shards),
         **(run.evaluation.summary() if run.evaluation is not None else {}),
     }
