@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import os
+import signal
+
 import pytest
+import ray
 
 from services.config import load_config
 from services.driver.controller import Controller
@@ -47,7 +51,12 @@ def run(overrides, *, hooks=()):
 
 
 def losses(rounds):
-    return [(v, {k: m for k, m in metrics.items() if k.startswith("loss")}) for v, metrics in rounds]
+    """Each round's version and loss terms."""
+    return [(v, {k: x for k, x in m.items() if k.startswith("loss")}) for v, m in rounds]
+
+
+def straight_frames(runs):
+    return runs[0][0]["frames"]
 
 
 @pytest.fixture(scope="module")
@@ -62,3 +71,42 @@ def test_two_deterministic_dqn_runs_end_in_the_same_bits(dqn_runs):
     assert first["digest_parts"] == second["digest_parts"]
     assert first["digest"] == second["digest"]
     assert losses(first_rounds) == losses(second_rounds)
+
+
+def test_stopped_and_resumed_equals_straight_through(dqn_runs, tmp_path):
+    # The fixture's runs cut (without a checkpoint dir) every quarter: 768 frames, 3 ticks.
+    cuts = [f"checkpoint.dir={tmp_path}", "checkpoint.interval_frames=768"]
+    half, _ = run(
+        [*DQN, "run.name=det-half", "controller.total_frames=1536", *cuts, "checkpoint.at_end=true"]
+    )
+    assert 1536 <= half["frames"] < straight_frames(dqn_runs)
+    config = load_config(overrides=[*DQN, "run.name=det-resumed", *cuts])
+    controller = Controller(config, resume_from=tmp_path)
+    try:
+        resumed = controller.run()
+    finally:
+        controller.shutdown()
+    straight, _ = dqn_runs[0]
+    assert resumed["frames"] == straight["frames"]
+    assert resumed["digest_parts"] == straight["digest_parts"]
+    assert resumed["digest"] == straight["digest"]
+
+
+def test_a_killed_collector_stops_a_deterministic_run_naming_it(ray_cluster):
+    config = load_config(overrides=[*DQN, "run.name=det-kill", "controller.total_frames=100000"])
+    controller = Controller(config)
+    killed = []
+
+    def kill_collector_0(ctrl, receipt):
+        if receipt.collector_id == 1 and receipt.seq == 3 and not killed:
+            killed.append(ray.get(ctrl.collectors.actors[0].pid.remote()))
+            os.kill(killed[0], signal.SIGKILL)  # as an operator would, by pid
+
+    controller.register("rollout", kill_collector_0)
+    try:
+        controller.setup()
+        with pytest.raises(DeterminismError, match=r"collector-0 died.*Resume from the last"):
+            controller.train()
+        assert killed and controller.counters.collected_frames < 100000
+    finally:
+        controller.shutdown()

@@ -180,28 +180,35 @@ def commit(controller) -> list[dict]:
 class Losses:
     """Fault counters before a tick, to refuse a tick that lost something (see the module).
 
+    A collector Ray restarted between two ticks fails no rollout, but its next receipt does not
+    continue its sequence numbers: that counts as lost too.
+
     Attributes:
-        counted: Collectors whose rollouts were counted since :meth:`of` (a ``rollout`` hook).
+        watch: The loop's :class:`Receipts` (a ``rollout`` hook).
     """
 
-    def __init__(self, counters, counted: set[int]) -> None:
+    def __init__(self, counters, watch: Receipts) -> None:
         self.collector_failures = counters.collector_failures
         self.generation = counters.generation
         self.replay_restarts = counters.replay_restarts
-        self.counted = counted
+        self.watch = watch
 
     @classmethod
     def of(cls, loop) -> Losses:
         """The loop's controller's fault counters now; notes the collectors counted from now."""
-        counted = _counted_collectors(loop)
-        counted.clear()
-        return cls(loop.controller.counters, counted)
+        watch = getattr(loop, "_receipts", None)
+        if watch is None:
+            watch = loop._receipts = Receipts()
+            loop.controller.register("rollout", watch)
+        watch.counted.clear()
+        return cls(loop.controller.counters, watch)
 
     def check(self, controller, tick: int, issued: list[int]) -> None:
         """Raises :class:`DeterminismError` if a collector, learner or shard was lost."""
         counters = controller.counters
-        if counters.collector_failures != self.collector_failures:
-            lost = sorted(set(issued) - self.counted)
+        restarted = self.watch.restarted
+        if counters.collector_failures != self.collector_failures or restarted:
+            lost = sorted((set(issued) - self.watch.counted) | restarted)
             names = ", ".join(f"collector-{i}" for i in lost) or "a collector"
             raise DeterminismError(
                 f"tick {tick}: {names} died; a deterministic run cannot replay its rollout in "
@@ -219,10 +226,19 @@ class Losses:
             )
 
 
-def _counted_collectors(loop) -> set[int]:
-    """The set a ``rollout`` hook fills with counted collectors (registered once per loop)."""
-    counted = getattr(loop, "_counted", None)
-    if counted is None:
-        counted = loop._counted = set()
-        loop.controller.register("rollout", lambda _, receipt: counted.add(receipt.collector_id))
-    return counted
+class Receipts:
+    """A ``rollout`` hook: the collectors counted, and those whose sequence numbers broke."""
+
+    def __init__(self) -> None:
+        self.counted: set[int] = set()
+        self.restarted: set[int] = set()
+        self.seqs: dict[int, int] = {}
+
+    def __call__(self, controller, receipt) -> None:
+        """Notes a counted receipt."""
+        index = receipt.collector_id
+        self.counted.add(index)
+        last = self.seqs.get(index)
+        if last is not None and receipt.seq != last + 1:
+            self.restarted.add(index)
+        self.seqs[index] = receipt.seq
