@@ -289,7 +289,7 @@ class LearnerRank:
             self.replay.refresh()
             self.replay.set_stream((self.rank, self.core.version))
         if epochs is not None:
-            batches, lag = self.sampler.take_epochs(epochs, self.core.version)
+            batches, lag = self._take_epochs(epochs)
             if len(batches) != num_steps:
                 raise ValueError(f"epochs {epochs} make {len(batches)} steps, not {num_steps}")
             return self._round(
@@ -299,6 +299,22 @@ class LearnerRank:
         reply = self._round(round_id, batches, time.perf_counter() - start, publish)
         self.sampler.prepare_next()
         return reply
+
+    def _take_epochs(self, plan: EpochPlan) -> tuple[list, int]:
+        """Takes this rank's share of the FIFO batch; deterministic runs take turns by rank.
+
+        FIFO tables hand their items to requests in arrival order, so in a deterministic run
+        rank 0 takes its share first, then rank 1, and so on (a barrier between turns).
+        """
+        if not self.deterministic or self.config.world_size == 1:
+            return self.sampler.take_epochs(plan, self.core.version)
+        taken = None
+        for turn in range(self.config.world_size):
+            if turn == self.rank:
+                self.replay.refresh()  # the tables as the ranks before this one left them
+                taken = self.sampler.take_epochs(plan, self.core.version)
+            dist.barrier()
+        return taken
 
     def digest(self) -> str:
         """SHA-256 of this rank's parameters, optimizer state and version (``state_digest``)."""

@@ -110,3 +110,37 @@ def test_a_killed_collector_stops_a_deterministic_run_naming_it(ray_cluster):
         assert killed and controller.counters.collected_frames < 100000
     finally:
         controller.shutdown()
+
+
+PPO = [
+    "algorithm=ppo",
+    "run.deterministic=true",
+    "checkpoint.interval_s=0",
+    "checkpoint.at_end=false",
+    "collector.num_collectors=2",
+    "collector.envs_per_collector=4",
+    "collector.rollout_frames=128",
+    "replay.num_shards=2",
+    "learner.world_size=2",
+    "learner.onpolicy.num_epochs=2",
+    "learner.onpolicy.num_minibatches=4",
+    "controller.total_frames=2048",
+    "controller.log_interval_s=1",
+    "metrics.enabled=false",
+]
+SAC = [
+    "algorithm=sac",
+    "collector.env_id=Pendulum-v1",
+    *[o for o in DQN if not o.startswith(("algorithm", "controller.total_frames"))],
+    "controller.total_frames=2048",
+]
+
+
+@pytest.mark.parametrize(("name", "overrides"), [("ppo", PPO), ("sac", SAC)])
+def test_deterministic_ppo_and_sac_runs_end_in_the_same_bits(ray_cluster, name, overrides):
+    (first, first_rounds), (second, second_rounds) = [
+        run([*overrides, f"run.name=det-{name}-{i}"]) for i in range(2)
+    ]
+    assert first["optim_steps"] > 10
+    assert first["digest_parts"] == second["digest_parts"]
+    assert losses(first_rounds) == losses(second_rounds)
