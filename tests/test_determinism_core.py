@@ -82,3 +82,112 @@ def test_streams_refuse_unknown_components_and_negative_numbers():
         stream_seed(0, "nope", 0)
     with pytest.raises(ValueError, match=">= 0"):
         stream_seed(0, "env", -1)
+
+
+# -- replay staging and digests -------------------------------------------------------------
+def _write(staging, table, writer, seq, value, n=2):
+    return staging.write(table, {"x": np.full((n, 1), float(value), np.float32)}, writer, seq)
+
+
+def test_staged_writes_commit_in_collector_order_whatever_the_arrival():
+    from replay.digest import table_digest
+    from replay.staging import Staging
+    from replay.table import ReplayTable
+
+    arrivals = [
+        [("collector-1/a", 0, 1.0), ("collector-0/b", 0, 0.0), ("collector-0/b", 1, 2.0)],
+        [("collector-0/x", 1, 2.0), ("collector-1/y", 0, 1.0), ("collector-0/x", 0, 0.0)],
+    ]
+    digests, contents = [], []
+    for order in arrivals:
+        table, staging = ReplayTable(16, sampler="prioritized", seed=0), Staging()
+        for writer, seq, value in order:
+            receipt = _write(staging, table, writer, seq, value)
+            assert receipt.indices.tolist() == [-1, -1] and not receipt.duplicate
+        assert len(table) == 0  # nothing is visible before the commit
+        assert staging.commit(table) == {"writes": 3, "items": 6, "updates": 0}
+        contents.append(table.storage.gather(np.arange(6))["x"].ravel().tolist())
+        digests.append(table_digest(table))
+    assert contents[0] == contents[1] == [0.0, 0.0, 2.0, 2.0, 1.0, 1.0]
+    assert digests[0] == digests[1]
+
+
+def test_staged_retries_are_stored_once_and_bad_schemas_refused_at_once():
+    from replay.staging import Staging
+    from replay.storage import SchemaError
+    from replay.table import ReplayTable
+
+    table, staging = ReplayTable(8), Staging()
+    _write(staging, table, "collector-0/a", 0, 1.0)
+    assert _write(staging, table, "collector-0/a", 0, 1.0).duplicate
+    staging.commit(table)
+    assert _write(staging, table, "collector-0/a", 0, 1.0).duplicate  # already in the table
+    with pytest.raises(SchemaError):
+        staging.write(table, {"y": np.zeros((2, 1), np.float32)}, "collector-0/a", 1)
+    assert len(staging) == 0 and len(table) == 2
+
+
+def test_staged_priority_updates_take_the_largest_in_any_order():
+    from replay.staging import Staging
+    from replay.table import ReplayTable
+
+    results = []
+    for updates in ([0.5, 3.0], [3.0, 0.5]):
+        table, staging = ReplayTable(8, sampler="prioritized", seed=0), Staging()
+        _write(staging, table, "collector-0/a", 0, 1.0, n=4)
+        staging.commit(table)
+        for priority in updates:  # two ranks drew slot 1
+            staging.update([1], table.insertion_ids[[1]], [priority])
+        assert staging.commit(table)["updates"] == 2
+        results.append(table.sampler.tree.leaves(4).tolist())
+    assert results[0] == results[1]
+    assert results[0][1] == pytest.approx(3.0**0.6)
+
+
+def test_table_digest_sees_contents_and_priorities():
+    from replay.digest import table_digest
+    from replay.table import ReplayTable
+
+    table = ReplayTable(8, sampler="prioritized", seed=0)
+    table.write({"x": np.ones((3, 1), np.float32)}, "w", 0)
+    before = table_digest(table)
+    table.update_priorities([0], table.insertion_ids[[0]], [2.0])
+    assert table_digest(table) != before
+
+
+def test_learner_state_digest_sees_parameters_and_optimizer_state():
+    import torch
+
+    from learner.determinism import state_digest
+
+    torch.manual_seed(0)
+    net = torch.nn.Linear(2, 1)
+    opt = torch.optim.Adam(net.parameters())
+
+    def digest():
+        return state_digest({"loss": net.state_dict(), "stepper": opt.state_dict(), "version": 0})
+
+    before = digest()
+    net(torch.ones(1, 2)).sum().backward()
+    opt.step()
+    after = digest()
+    assert after != before
+    assert after == digest()
+
+
+# -- the deterministic loop's fault watch ----------------------------------------------------
+class _Receipt:
+    def __init__(self, collector_id, seq):
+        self.collector_id, self.seq = collector_id, seq
+
+
+def test_receipts_catch_a_collector_whose_sequence_numbers_broke():
+    from services.driver.loops.deterministic import Receipts
+
+    watch = Receipts()
+    for seq in (0, 1, 2):
+        watch(None, _Receipt(0, seq))
+        watch(None, _Receipt(1, seq))
+    assert watch.restarted == set() and watch.counted == {0, 1}
+    watch(None, _Receipt(1, 0))  # Ray restarted collector 1 between two ticks
+    assert watch.restarted == {1}

@@ -3,10 +3,10 @@
 It is the SHA-256 of the learner's state digest (rank 0's parameters and buffers of every
 network, optimizer and scheduler state, model version: ``learner.determinism.state_digest``)
 and each replay shard's contents digest in shard order (``replay.digest.table_digest``). Every
-run's summary carries it (taken once, after training, so it costs no frames per second; hashing
-runs at about 1 GB/s, in every shard at once) with ``digest_parts``, the parts it was made of,
-to see which one differs. Two deterministic runs (``run.deterministic``) of the same config and
-seed give the same digest; two default runs almost never do.
+run's summary carries it (taken once, after training, in every shard at once, so it costs no
+frames per second; its time is in ``docs/determinism.md``) with ``digest_parts``, the parts it was
+made of, to see which one differs. Two deterministic runs (``run.deterministic``) of the same config
+and seed give the same digest; two default runs almost never do.
 """
 
 from __future__ import annotations

@@ -39,7 +39,6 @@ def snapshot(run: ReportView) -> dict:
         "learner": dict(run.last_learner_metrics),
         "replay": run.replay.stats() if run.replay is not None and run.shards else [],
         **run.loop.state_dict(),
-        **run_digest(run.learners, run.shards),
         **(run.evaluation.snapshot() if run.evaluation is not None else {}),
     }
 

@@ -15,6 +15,10 @@ A deterministic run advances in *ticks*. In tick ``t``:
 The on-policy loop is the lockstep loop with a commit after collection (its tables must hold
 the batch before the round samples it).
 
+A progress snapshot (a ``metrics.jsonl`` line, a progress line) is taken after every tick rather
+than every ``controller.log_interval_s``, so two runs' logs compare line by line: the learner's
+losses, frames, steps and versions are equal; times and rates are not.
+
 Checkpoints are cut only at ``checkpoint.interval_frames`` counts, between ticks. Every such
 boundary, whether a checkpoint is written or not, does what a resume from it would do: every
 collector is reloaded from its own state (fresh, re-seeded episodes, open n-step windows
@@ -70,7 +74,7 @@ class DeterministicOffPolicyLoop(OffPolicyLoop):
             self.boundary()
             if not self.run_tick():
                 break
-            c.progress()
+            c.progress(force=True)  # one snapshot per tick: metrics.jsonl compares line by line
 
     def run_tick(self) -> bool:
         """One tick; False once the frame budget is collected.
@@ -139,7 +143,7 @@ class DeterministicOnPolicyLoop(OnPolicyLoop):
             if transitions and self._learn(transitions):
                 self.iteration += 1
             c.clear_replay()
-            c.progress()
+            c.progress(force=True)  # one snapshot per tick: metrics.jsonl compares line by line
 
     def _collect(self) -> int | None:
         c = self.controller
