@@ -191,3 +191,25 @@ def test_receipts_catch_a_collector_whose_sequence_numbers_broke():
     assert watch.restarted == set() and watch.counted == {0, 1}
     watch(None, _Receipt(1, 0))  # Ray restarted collector 1 between two ticks
     assert watch.restarted == {1}
+
+
+def rng_state(seed):
+    return np.random.default_rng(seed).bit_generator.state
+
+
+def test_a_deterministic_shard_draws_each_named_request_alike_in_any_order():
+    from replay.shard import ReplayShard
+
+    shards = [
+        ReplayShard(0, 64, "prioritized", seed=s, deterministic=True, run_seed=5) for s in (1, 2)
+    ]
+    for shard in shards:
+        shard.write({"x": np.arange(32, dtype=np.float32)[:, None]}, "collector-0/a", 0)
+        assert shard.info()["size"] == 0  # staged until the commit
+        assert shard.commit()["items"] == 32
+    first = [shards[0].sample(8, stream=key)[0]["index"] for key in [(0, 7, 0), (1, 7, 0)]]
+    second = [shards[1].sample(8, stream=key)[0]["index"] for key in [(1, 7, 0), (0, 7, 0)]]
+    assert np.array_equal(first[0], second[1]) and np.array_equal(first[1], second[0])
+    assert not np.array_equal(first[0], first[1])
+    for seed, shard in zip((1, 2), shards, strict=True):  # the shards' own generators drew nothing
+        assert shard.table.sampler.rng.bit_generator.state == rng_state(seed)

@@ -15,9 +15,8 @@ from services.driver.controller import Controller
 from services.driver.loops.deterministic import DeterminismError
 from tests.conftest import run_cli
 
-# 2 collectors, 2 shards, 2 learner ranks, prioritized replay: the CI-sized config.
-DQN = [
-    "algorithm=dqn",
+# 2 collectors, 2 shards, 2 learner ranks: the CI-sized config.
+BASE = [
     "run.deterministic=true",
     "checkpoint.interval_s=0",
     "checkpoint.at_end=false",
@@ -25,16 +24,32 @@ DQN = [
     "collector.envs_per_collector=4",
     "collector.rollout_frames=128",
     "replay.num_shards=2",
+    "learner.world_size=2",
+    "controller.log_interval_s=1",
+    "metrics.enabled=false",
+]
+OFF_POLICY = [  # prioritized replay
+    *BASE,
     "replay.capacity=20000",
     "replay.sampler=prioritized",
     "learner.update_priorities=true",
-    "learner.world_size=2",
     "learner.global_batch_size=32",
     "controller.init_random_frames=512",
     "controller.utd_ratio=0.125",
-    "controller.total_frames=3072",
-    "controller.log_interval_s=1",
-    "metrics.enabled=false",
+]
+DQN = ["algorithm=dqn", *OFF_POLICY, "controller.total_frames=3072"]
+PPO = [
+    "algorithm=ppo",
+    *BASE,
+    "learner.onpolicy.num_epochs=2",
+    "learner.onpolicy.num_minibatches=4",
+    "controller.total_frames=2048",
+]
+SAC = [
+    "algorithm=sac",
+    "collector.env_id=Pendulum-v1",
+    *OFF_POLICY,
+    "controller.total_frames=2048",
 ]
 
 
@@ -135,30 +150,6 @@ def test_a_killed_collector_stops_a_deterministic_run_naming_it(ray_cluster):
         assert killed and controller.counters.collected_frames < 100000
     finally:
         controller.shutdown()
-
-
-PPO = [
-    "algorithm=ppo",
-    "run.deterministic=true",
-    "checkpoint.interval_s=0",
-    "checkpoint.at_end=false",
-    "collector.num_collectors=2",
-    "collector.envs_per_collector=4",
-    "collector.rollout_frames=128",
-    "replay.num_shards=2",
-    "learner.world_size=2",
-    "learner.onpolicy.num_epochs=2",
-    "learner.onpolicy.num_minibatches=4",
-    "controller.total_frames=2048",
-    "controller.log_interval_s=1",
-    "metrics.enabled=false",
-]
-SAC = [
-    "algorithm=sac",
-    "collector.env_id=Pendulum-v1",
-    *[o for o in DQN if not o.startswith(("algorithm", "controller.total_frames"))],
-    "controller.total_frames=2048",
-]
 
 
 @pytest.mark.parametrize(("name", "overrides"), [("ppo", PPO), ("sac", SAC)])

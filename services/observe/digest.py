@@ -36,7 +36,8 @@ def combine(parts: dict) -> str:
 def run_digest(learners, shards) -> dict:
     """``{"digest": str | None, "digest_parts": {...}}`` of a run whose actors are up.
 
-    None when the learners or shards are gone or one does not answer (logged).
+    None when the learners or shards are gone, failed or do not answer (logged): a digest never
+    fails a run's summary.
     """
     if learners is None or not shards:
         return {"digest": None, "digest_parts": None}
@@ -45,7 +46,7 @@ def run_digest(learners, shards) -> dict:
             "learner": learners.digest(),
             "replay": ray.get([s.digest.remote() for s in shards], timeout=DIGEST_TIMEOUT_S),
         }
-    except (ray.exceptions.RayError, TimeoutError) as err:
+    except (ray.exceptions.RayError, TimeoutError, RuntimeError) as err:  # a failed group too
         logger.warning("no digest: %s", err)
         return {"digest": None, "digest_parts": None}
     return {"digest": combine(parts), "digest_parts": parts}
