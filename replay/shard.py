@@ -84,6 +84,11 @@ class ReplayShard:
             mmap_dir=self._fresh_mmap_dir(),
             frame_stack=frame_stack,
         )
+        self._stage_dead_draws()
+
+    def _stage_dead_draws(self) -> None:
+        if self.staging is not None:  # dead draws wait for the commit like every update
+            self.table.dead_draws = []
 
     def _fresh_mmap_dir(self) -> Path | None:
         if self.mmap_root is None:
@@ -228,6 +233,7 @@ class ReplayShard:
             )
         with self.lock:
             self.table = table
+            self._stage_dead_draws()
         if old_dir is not None:
             shutil.rmtree(old_dir, ignore_errors=True)  # the old mapping stays valid until freed
         return self.table.stats()

@@ -32,6 +32,7 @@ import re
 import numpy as np
 
 from replay.receipts import WriteReceipt
+from replay.samplers import PrioritizedSampler
 from replay.storage import Batch, as_array_batch
 
 _COLLECTOR = re.compile(r"^collector-(\d+)(/|$)")
@@ -65,15 +66,20 @@ class Staging:
         A write the table or the staging area already holds is acknowledged as a duplicate.
 
         Raises:
-            replay.storage.SchemaError: If the batch does not match the table's schema.
+            replay.storage.SchemaError: If the batch does not match the table's schema (a
+                frame-stream write's frame positions are checked at the commit).
         """
         last = table._last.get(writer_id)
         duplicate = (writer_id, seq) in self.writes or (last is not None and seq <= last.seq)
+        batch = dict(batch)
+        frames = batch.pop("frames", None)  # a frame-stream write: its frames have their own size
         arrays = {key: np.array(value) for key, value in as_array_batch(batch).items()}
         check = getattr(table.storage, "check", None)
         if check is not None and getattr(table.storage, "schema", None) is not None:
             check(arrays)  # a write the table would refuse is refused now, not at the commit
-        count = len(next(iter(arrays.values()))) if arrays else 0
+        count = len(next(iter(arrays.values())))
+        if frames is not None:
+            arrays["frames"] = np.array(as_array_batch({"frames": frames})["frames"])
         if not duplicate:
             self.writes[(writer_id, seq)] = arrays
             self.items += count
@@ -101,10 +107,18 @@ class Staging:
     def commit(self, table) -> dict:
         """Applies the staged updates, then the staged writes in order; empties the stage.
 
+        Items a sample found dead since the last commit (``ReplayTable.dead_draws``, frame-
+        deduplicated prioritized tables) get the smallest priority with the updates.
+
         Returns:
             ``{"writes": n, "items": n, "updates": n}``: what was applied.
         """
         applied = 0
+        if table.dead_draws and isinstance(table.sampler, PrioritizedSampler):
+            for slots, ids in table.dead_draws:
+                self.update(slots, ids, np.zeros(len(slots)))
+        if table.dead_draws is not None:
+            table.dead_draws.clear()
         if self.updates:
             parts = zip(*self.updates, strict=True)
             indices, ids, priorities = (np.concatenate(part) for part in parts)

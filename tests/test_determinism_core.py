@@ -213,3 +213,29 @@ def test_a_deterministic_shard_draws_each_named_request_alike_in_any_order():
     assert not np.array_equal(first[0], first[1])
     for seed, shard in zip((1, 2), shards, strict=True):  # the shards' own generators drew nothing
         assert shard.table.sampler.rng.bit_generator.state == rng_state(seed)
+
+
+def test_dead_frame_draws_wait_for_the_commit_so_request_order_does_not_matter():
+    from replay.shard import ReplayShard
+    from tests.test_atari_replay import frame_write
+
+    shards = [
+        ReplayShard(0, 8, "prioritized", frame_stack=2, deterministic=True, run_seed=3)
+        for _ in range(2)
+    ]
+    for shard in shards:
+        for seq in range(4):  # each write overwrites most of the frame ring: items 0-2 die
+            shard.write(frame_write(10 * seq, 1, 6), "collector-0/a", seq)
+        shard.commit()
+    keys = [(0, 1, 0), (1, 1, 0)]
+    first = [shards[0].sample(16, stream=key)[0]["index"].tolist() for key in keys]
+    second = [shards[1].sample(16, stream=key)[0]["index"].tolist() for key in reversed(keys)]
+    assert first == second[::-1]
+    assert set(first[0]) == {3}
+    leaves = [shard.table.sampler.tree.leaves(4) for shard in shards]
+    assert leaves[0][0] == leaves[0][3]  # the dead draws are staged, not applied yet
+    for shard in shards:
+        shard.commit()
+    leaves = [shard.table.sampler.tree.leaves(4) for shard in shards]
+    assert np.array_equal(leaves[0], leaves[1])
+    assert leaves[0][3] > leaves[0][:3].max()  # dead items drawn now have the least priority
