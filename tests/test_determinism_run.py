@@ -13,7 +13,7 @@ import ray
 from services.config import load_config
 from services.driver.controller import Controller
 from services.driver.loops.deterministic import DeterminismError
-from tests.conftest import run_cli
+from services.run.launch import prepare_run
 
 # 2 collectors, 2 shards, 2 learner ranks: the issue's CI-sized config.
 BASE = [
@@ -43,13 +43,13 @@ PPO = [
     *BASE,
     "learner.onpolicy.num_epochs=2",
     "learner.onpolicy.num_minibatches=4",
-    "controller.total_frames=2048",
+    "controller.total_frames=1024",
 ]
 SAC = [
     "algorithm=sac",
     "collector.env_id=Pendulum-v1",
     *OFF_POLICY,
-    "controller.total_frames=2048",
+    "controller.total_frames=1536",
 ]
 
 
@@ -78,11 +78,9 @@ def straight_frames(runs):
 
 
 def run_train(overrides, storage):
-    """Runs the CLI; returns its summary and its ``metrics.jsonl`` records."""
-    sets = [arg for override in overrides for arg in ("--set", override)]
-    done = run_cli(*sets, "--set", f"run.storage={storage}")
-    assert done.returncode == 0, done.stderr[-3000:]
-    summary = json.loads(done.stdout.strip().splitlines()[-1])
+    """Runs a config as the CLI does (run directory, ``metrics.jsonl``) on the shared Ray."""
+    config = load_config(overrides=[*overrides, f"run.storage={storage}"])
+    summary = prepare_run(config).execute()
     lines = (Path(summary["run_dir"]) / "metrics.jsonl").read_text().splitlines()
     return summary, [json.loads(line) for line in lines]
 
@@ -94,13 +92,12 @@ def logged(records):
 
 
 @pytest.fixture(scope="module")
-def dqn_runs(tmp_path_factory):
-    """Two CLI runs of the same deterministic config (each on its own embedded Ray)."""
+def dqn_runs(ray_cluster, tmp_path_factory):
+    """Two runs of the same deterministic config, each with its run directory."""
     storage = tmp_path_factory.mktemp("det-storage")
     return [run_train([*DQN, f"run.name=det-dqn-{i}"], storage) for i in range(2)]
 
 
-@pytest.mark.slow
 def test_two_deterministic_dqn_runs_end_in_the_same_bits(dqn_runs):
     (first, first_log), (second, second_log) = dqn_runs
     assert first["optim_steps"] > 20

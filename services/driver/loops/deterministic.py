@@ -40,14 +40,13 @@ import logging
 import ray
 
 from services.checkpoints.cut import CheckpointWriteError
+from services.driver.faults import DeterminismError
 from services.driver.loops.offpolicy import OffPolicyLoop
 from services.driver.loops.onpolicy import OnPolicyLoop
 
+__all__ = ["DeterminismError", "DeterministicOffPolicyLoop", "DeterministicOnPolicyLoop"]
+
 logger = logging.getLogger(__name__)
-
-
-class DeterminismError(RuntimeError):
-    """A deterministic run lost something it cannot replay in the same order."""
 
 
 class DeterministicOffPolicyLoop(OffPolicyLoop):
