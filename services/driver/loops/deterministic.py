@@ -62,7 +62,7 @@ class DeterministicOffPolicyLoop(OffPolicyLoop):
         self.lag = collections.deque(maxlen=self.config.run.policy_lag)
 
     def run(self) -> None:
-        """Runs ticks until the frame budget is collected (and its rounds done), or a stop."""
+        """Runs ticks until the frame budget is collected, or a stop."""
         c = self.controller
         self.lag.clear()
         self.lag.append(c.weights)
