@@ -32,6 +32,8 @@ Layout:
     * ``sampling``: :class:`RankSampler`, per-rank sampling with one round of prefetch, and
       on-policy rounds (:class:`EpochPlan`): the rank's share of the batch, fetched once and
       trained in shuffled epochs of minibatches, reporting the items' policy lag.
+    * ``determinism``: ``run.deterministic``'s deterministic kernels and fixed thread counts
+      (CUDA: cuDNN and cuBLAS settings), and the digest of a learner's state.
     * ``rendezvous``: rank 0's store on a free port, retried on collision.
     * ``placement``: one placement group of ``world_size`` bundles (``resources_per_rank``,
       ``placement_strategy``) and the named rank actors.

@@ -73,6 +73,7 @@ class LearnerGroup:
         stepper_factory: Overrides ``config.stepper``: ``factory(loss_module, config)``.
         policy_schema: Expected ``{name: (shape, dtype)}`` of the published weights; default the
             schema of ``model_spec.build()``.
+        deterministic: ``run.deterministic`` (see :class:`learner.rank.LearnerRank`).
 
     Raises:
         ValueError: If the loss or stepper cannot be resolved (before any actor starts).
@@ -99,6 +100,7 @@ class LearnerGroup:
         loss_factory=None,
         stepper_factory=None,
         policy_schema: Schema | None = None,
+        deterministic: bool = False,
     ) -> None:
         if loss_factory is None:
             loss_factory_for(config)  # fail on a bad path before any actor starts
@@ -122,6 +124,7 @@ class LearnerGroup:
             generation,
             loss_factory=loss_factory,
             stepper_factory=stepper_factory,
+            deterministic=deterministic,
         )
         try:
             self.address, self.port = join_ranks(self.ranks, config)
@@ -295,6 +298,11 @@ class LearnerGroup:
     def parameters(self, rank: int = 0) -> dict:
         """Copies of one rank's policy parameters."""
         return ray.get(self.ranks[rank].parameters.remote())
+
+    def digest(self) -> str:
+        """Rank 0's state digest (DDP ranks hold the same state; ``learner.determinism``)."""
+        self._ensure_idle()
+        return ray.get(self.ranks[0].digest.remote(), timeout=self.config.command_timeout_s)
 
     def describe(self) -> list[dict]:
         """Each rank's device, backend, world size, generation and version."""

@@ -15,10 +15,12 @@ import torch
 import torch.distributed as dist
 
 from learner.config import LearnerConfig
+from learner.determinism import deterministic_kernels, state_digest
 from learner.receipts import StaleGenerationError, StepReceipt
 from learner.rendezvous import open_store
 from learner.weights import Schema, tensor_schema
 from replay.client import ReplayClient
+from replay.streams import stream_seed
 
 if TYPE_CHECKING:  # loaded by join(), in the rank's process: the driver imports this class
     from learner.core import LearnerCore  # (tensordict, and torch._dynamo through it)
@@ -49,6 +51,11 @@ class LearnerRank:
     Keyword Args:
         loss_factory: Overrides ``config.loss`` (``factory(policy_network, config)``).
         stepper_factory: Overrides ``config.stepper`` (``factory(loss_module, config)``).
+        deterministic: ``run.deterministic``: deterministic kernels
+            (``learner.determinism``), seeds from ``replay.streams`` (``init`` for the
+            network, ``shuffle`` per rank), no prefetch, every round's sample drawn after the
+            driver's commit from streams named ``(rank, version)``, and every priority update
+            staged in the shards before the round's receipt.
     """
 
     def __init__(
@@ -62,14 +69,17 @@ class LearnerRank:
         *,
         loss_factory=None,
         stepper_factory=None,
+        deterministic: bool = False,
     ) -> None:
         torch.set_num_threads(1)
+        self.deterministic = deterministic
         self.rank = rank
         self.generation = generation
         self.config = config
         self.model_spec = model_spec
         self.factories = {"loss_factory": loss_factory, "stepper_factory": stepper_factory}
-        self.replay = ReplayClient(shards, seed=seed * 1000 + rank)
+        replay_seed = stream_seed(seed, "shuffle", rank) if deterministic else seed * 1000 + rank
+        self.replay = ReplayClient(shards, seed=replay_seed)
         self.sampler: RankSampler | None = None
         self.seed = seed
         self.store: dist.TCPStore | None = None
@@ -118,6 +128,8 @@ class LearnerRank:
         if config.uses_gpu:
             torch.cuda.set_device(0)  # Ray's CUDA_VISIBLE_DEVICES maps this rank's GPU to 0
             self.device = "cuda:0"
+        if self.deterministic:  # before the first kernel (cuBLAS reads its workspace once)
+            deterministic_kernels(self.device)
         dist.init_process_group(
             config.resolved_backend,
             store=self.store,
@@ -125,7 +137,8 @@ class LearnerRank:
             world_size=config.world_size,
             timeout=datetime.timedelta(seconds=config.command_timeout_s),
         )
-        torch.manual_seed(self.seed)  # same initial parameters on every rank
+        # The same initial parameters on every rank.
+        torch.manual_seed(stream_seed(self.seed, "init", 0) if self.deterministic else self.seed)
         self.core = LearnerCore(self.model_spec, config, self.device, **self.factories)
         if config.world_size > 1:
             find_unused = (
@@ -138,9 +151,13 @@ class LearnerRank:
                 device_ids=[0] if config.uses_gpu else None,
                 find_unused_parameters=find_unused,
             )
-        torch.manual_seed(self.seed * 1000 + self.rank)
+        if self.deterministic:
+            torch.manual_seed(stream_seed(self.seed, "shuffle", self.rank, key=(1,)))
+        else:
+            torch.manual_seed(self.seed * 1000 + self.rank)
+        prefetch = config.prefetch and not self.deterministic
         self.sampler = RankSampler(
-            self.replay, config.per_rank_batch_size, self.core.to_batch, prefetch=config.prefetch
+            self.replay, config.per_rank_batch_size, self.core.to_batch, prefetch=prefetch
         )
         return self.rank
 
@@ -155,6 +172,7 @@ class LearnerRank:
             "ddp": type(self.core.train_module).__name__ == "DistributedDataParallel",
             "compiled": bool(self.core and self.core.compiled),
             "version": self.core.version if self.core else None,
+            "deterministic": self.deterministic,
         }
 
     # -- rounds ------------------------------------------------------------------------------
@@ -197,6 +215,8 @@ class LearnerRank:
             reduced.update(self._allreduce_max(extra))
         if self.config.update_priorities:
             self._push_priorities()
+            if self.deterministic:  # staged in the shards before the driver's next commit
+                self.flush_replay()
         trained = time.perf_counter()
         weights = self.core.weights() if publish and self.rank == 0 else None
         receipt = StepReceipt(
@@ -265,8 +285,11 @@ class LearnerRank:
         if beta is not None:  # importance-weight exponent annealed by the driver
             self.replay.beta = beta
         start = time.perf_counter()
+        if self.deterministic:  # the shards as the driver's last commit left them
+            self.replay.refresh()
+            self.replay.set_stream((self.rank, self.core.version))
         if epochs is not None:
-            batches, lag = self.sampler.take_epochs(epochs, self.core.version)
+            batches, lag = self._take_epochs(epochs)
             if len(batches) != num_steps:
                 raise ValueError(f"epochs {epochs} make {len(batches)} steps, not {num_steps}")
             return self._round(
@@ -276,6 +299,27 @@ class LearnerRank:
         reply = self._round(round_id, batches, time.perf_counter() - start, publish)
         self.sampler.prepare_next()
         return reply
+
+    def _take_epochs(self, plan: EpochPlan) -> tuple[list, int]:
+        """Takes this rank's share of the FIFO batch; deterministic runs take turns by rank.
+
+        FIFO tables hand their items to requests in arrival order, so in a deterministic run
+        rank 0 takes its share first, then rank 1, and so on (a barrier between turns).
+        """
+        if not self.deterministic or self.config.world_size == 1:
+            return self.sampler.take_epochs(plan, self.core.version)
+        taken = None
+        for turn in range(self.config.world_size):
+            if turn == self.rank:
+                self.replay.refresh()  # the tables as the ranks before this one left them
+                taken = self.sampler.take_epochs(plan, self.core.version)
+            dist.barrier()
+        return taken
+
+    def digest(self) -> str:
+        """SHA-256 of this rank's parameters, optimizer state and version (``state_digest``)."""
+        self.sampler.drain()
+        return state_digest(self.core.state_dict())
 
     def step_on(
         self, round_id: int, batches: list[dict[str, np.ndarray]], generation: int | None = None

@@ -33,6 +33,8 @@ Layout:
       once, draws a lost shard's part again from the others, and keeps batches ahead
       (``prefetch``: :class:`replay.prefetch.PrefetchQueue`, its pure bookkeeping).
     * ``priorities``: priority updates held per shard and sent one call at a time.
+    * ``streams``: random streams derived from ``(seed, component, index, generation)`` and a
+      request key, used by every layer in a deterministic run (``run.deterministic``).
 
 Shard faults: a shard is a restartable actor (``replay.max_restarts``) that comes back empty
 (its ``health`` reports a new incarnation; the driver refills it from the latest checkpoint). A

@@ -207,6 +207,15 @@ class ReplayClient:
         """
         return self._weigh(*self.fetcher.next(batch_size, prefetch), beta)
 
+    def set_stream(self, key: tuple[int, ...] | None) -> None:
+        """Names the following sample requests ``(*key, n)`` (None: the shards' own generators).
+
+        Deterministic runs name each request by what asks (a rank and its model version), so
+        a shard draws it from its own stream (``replay.streams``) whenever it arrives.
+        """
+        self.fetcher.stream = None if key is None else tuple(int(k) for k in key)
+        self.fetcher.stream_requests = 0
+
     def cancel_prefetch(self) -> int:
         """Drops the queued batches; returns how many (their FIFO items are lost)."""
         return self.fetcher.cancel()

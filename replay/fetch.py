@@ -39,6 +39,9 @@ class SampleFetcher:
     Attributes:
         fifo_inflight: FIFO items requested of each shard and not received yet.
         queue: The batches kept ahead of the caller.
+        stream: None, or the key that names this client's requests (deterministic runs): the
+            ``n``-th request since it was set asks each shard to draw from the stream
+            ``(*stream, n)`` (``ReplayShard.sample``).
     """
 
     def __init__(
@@ -57,6 +60,8 @@ class SampleFetcher:
         self.unavailable_timeout_s = unavailable_timeout_s
         self.fifo_inflight = np.zeros(len(self.shards), dtype=np.int64)
         self.queue = PrefetchQueue()
+        self.stream: tuple[int, ...] | None = None
+        self.stream_requests = 0
 
     def wait_for_items(self) -> None:
         """Waits while every shard is down or empty after a fault.
@@ -99,8 +104,14 @@ class SampleFetcher:
     def send(self, batch_size: int, *, num_batches: int = 1) -> PendingSample:
         """Sends one request to every live shard (with its held priority updates)."""
         counts, shares = self.split(batch_size * num_batches)
+        key = ()
+        if self.stream is not None:
+            key = ((*self.stream, self.stream_requests),)
+            self.stream_requests += 1
         refs = [
-            None if i in self.view.down else shard.sample.remote(int(n), self.updates.held.take(i))
+            None
+            if i in self.view.down
+            else shard.sample.remote(int(n), self.updates.held.take(i), *key)
             for i, (shard, n) in enumerate(zip(self.shards, counts, strict=True))
         ]
         return PendingSample(batch_size, num_batches, counts, shares, refs)

@@ -15,9 +15,12 @@ import ray
 
 from replay.checkpoint import dump_table, load_table
 from replay.config import ReplayConfig
+from replay.digest import table_digest
 from replay.receipts import WriteReceipt
 from replay.shm import BlockViews, Layout, view_batch
+from replay.staging import Staging
 from replay.storage import Batch
+from replay.streams import stream_generator
 from replay.table import ReplayTable
 
 logger = logging.getLogger(__name__)
@@ -41,6 +44,10 @@ class ReplayShard:
         mmap_dir: Memory-map the storage from files under ``<mmap_dir>/shard-<i>-<tag>/``.
         frame_stack: Store frame-stream writes and rebuild stacks of this many frames
             (``replay.frames``; 0: store writes as they come).
+        deterministic: Stage writes and priority updates until :meth:`commit`
+            (``replay.staging``), and draw each sample that names a ``stream`` from its own
+            generator (``replay.streams``) instead of the shard's.
+        run_seed: The run's seed, the root of the shard's streams.
     """
 
     def __init__(
@@ -54,8 +61,12 @@ class ReplayShard:
         fifo_shuffle: bool = False,
         mmap_dir: str | None = None,
         frame_stack: int = 0,
+        deterministic: bool = False,
+        run_seed: int = 0,
     ) -> None:
         self.shard_id = shard_id
+        self.run_seed = run_seed
+        self.staging = Staging() if deterministic else None
         self.incarnation = uuid.uuid4().hex[:8]  # changes when Ray restarts the actor
         self.mmap_root = None if mmap_dir is None else Path(mmap_dir)
         self.shared_views = BlockViews()
@@ -73,21 +84,31 @@ class ReplayShard:
             mmap_dir=self._fresh_mmap_dir(),
             frame_stack=frame_stack,
         )
+        self._stage_dead_draws()
+
+    def _stage_dead_draws(self) -> None:
+        if self.staging is not None:  # dead draws wait for the commit like every update
+            self.table.dead_draws = []
 
     def _fresh_mmap_dir(self) -> Path | None:
         if self.mmap_root is None:
             return None
         return self.mmap_root / f"shard-{self.shard_id}-{uuid.uuid4().hex[:8]}"
 
+    def _write(self, batch: Batch, writer_id: str, seq: int) -> WriteReceipt:
+        if self.staging is not None:
+            return self.staging.write(self.table, batch, writer_id, seq)
+        return self.table.write(batch, writer_id, seq)
+
     def write(self, batch: Batch, writer_id: str, seq: int) -> WriteReceipt:
-        """Stores a batch; see :meth:`ReplayTable.write`."""
+        """Stores a batch (staged when deterministic); see :meth:`ReplayTable.write`."""
         with self.lock:
-            return self.table.write(batch, writer_id, seq)
+            return self._write(batch, writer_id, seq)
 
     def write_many(self, writes: list[tuple[Batch, str, int]]) -> list[WriteReceipt]:
         """Stores ``(batch, writer_id, seq)`` writes in order (one call for several)."""
         with self.lock:
-            return [self.table.write(batch, writer_id, seq) for batch, writer_id, seq in writes]
+            return [self._write(batch, writer_id, seq) for batch, writer_id, seq in writes]
 
     def write_shared_many(self, writes: list[tuple[str, Layout, str, int]]) -> list[WriteReceipt]:
         """Stores ``(path, layout, writer_id, seq)`` batches placed in shared memory, in order.
@@ -97,7 +118,7 @@ class ReplayShard:
         """
         with self.lock:
             return [
-                self.table.write(view_batch(self.shared_views, path, layout), writer_id, seq)
+                self._write(view_batch(self.shared_views, path, layout), writer_id, seq)
                 for path, layout, writer_id, seq in writes
             ]
 
@@ -115,25 +136,64 @@ class ReplayShard:
         return ray.get_runtime_context().get_node_id()
 
     def sample(
-        self, batch_size: int, updates: Updates | None = None
+        self,
+        batch_size: int,
+        updates: Updates | None = None,
+        stream: tuple[int, ...] | None = None,
     ) -> tuple[dict[str, np.ndarray], dict]:
-        """Applies piggybacked priority updates, then samples.
+        """Applies (or stages) piggybacked priority updates, then samples.
+
+        Args:
+            batch_size: Items to draw.
+            updates: Priority updates to apply first.
+            stream: Names the request (``replay.streams`` key, e.g. rank and model version):
+                the draw then comes from the stream ``(run seed, "replay", shard, 0, stream)``,
+                the same whenever the request arrives.
 
         Returns:
             ``(batch, info)``: the sample (empty for ``batch_size`` 0) and :meth:`info` after it.
         """
         with self.lock:
             if updates is not None:
-                self.table.update_priorities(*updates)
-            batch = self.table.sample(batch_size) if batch_size > 0 else {}
-            return batch, self.table.info()
+                self._update(*updates)
+            if batch_size <= 0:
+                return {}, self.table.info()
+            if stream is None:
+                return self.table.sample(batch_size), self.table.info()
+            sampler = self.table.sampler
+            own = sampler.rng
+            sampler.rng = stream_generator(self.run_seed, "replay", self.shard_id, key=stream)
+            try:
+                return self.table.sample(batch_size), self.table.info()
+            finally:
+                sampler.rng = own
+
+    def _update(self, indices, insertion_ids, priorities) -> int:
+        if self.staging is not None:
+            return self.staging.update(indices, insertion_ids, priorities)
+        return self.table.update_priorities(indices, insertion_ids, priorities)
 
     def update_priorities(
         self, indices: np.ndarray, insertion_ids: np.ndarray, priorities: np.ndarray
     ) -> int:
-        """See :meth:`ReplayTable.update_priorities`; returns the number applied."""
+        """See :meth:`ReplayTable.update_priorities`; returns the number applied (or staged)."""
         with self.lock:
-            return self.table.update_priorities(indices, insertion_ids, priorities)
+            return self._update(indices, insertion_ids, priorities)
+
+    def commit(self) -> dict:
+        """Applies what is staged (deterministic shards; see ``replay.staging``).
+
+        Returns:
+            ``{"writes", "items", "updates"}`` applied, and the shard's :meth:`info` after.
+        """
+        with self.lock:
+            applied = {} if self.staging is None else self.staging.commit(self.table)
+            return {**applied, "info": self.table.info()}
+
+    def digest(self) -> str:
+        """SHA-256 of the table's contents (``replay.digest.table_digest``)."""
+        with self.lock:
+            return table_digest(self.table)
 
     def clear(self) -> int:
         """Drops every stored item; see :meth:`ReplayTable.clear`."""
@@ -173,6 +233,7 @@ class ReplayShard:
             )
         with self.lock:
             self.table = table
+            self._stage_dead_draws()
         if old_dir is not None:
             shutil.rmtree(old_dir, ignore_errors=True)  # the old mapping stays valid until freed
         return self.table.stats()
@@ -239,6 +300,8 @@ def remote_shard(
     mmap_dir: str | None = None,
     frame_stack: int = 0,
     scheduling_strategy=None,
+    deterministic: bool = False,
+    run_seed: int = 0,
 ) -> ray.actor.ActorHandle:
     """Starts a named ReplayShard actor ``<run>.replay-<i>`` in namespace ``relayrl``.
 
@@ -262,6 +325,8 @@ def remote_shard(
         fifo_shuffle=fifo_shuffle,
         mmap_dir=mmap_dir,
         frame_stack=frame_stack,
+        deterministic=deterministic,
+        run_seed=run_seed,
     )
 
 
@@ -272,10 +337,12 @@ def remote_shards(
     seed: int = 0,
     max_restarts: int | None = None,
     scheduling: Sequence | None = None,
+    deterministic: bool = False,
 ) -> list[ray.actor.ActorHandle]:
     """Starts the ``config.num_shards`` shards of a run (shard ``i`` seeded ``seed * 100 + i``).
 
-    ``max_restarts`` defaults to ``config.max_restarts``.
+    ``max_restarts`` defaults to ``config.max_restarts``; ``deterministic`` stages writes and
+    updates until each commit (``replay.staging``).
 
     ``scheduling`` holds one scheduling strategy per shard (None entries: Ray's default).
     """
@@ -294,6 +361,8 @@ def remote_shards(
             mmap_dir=config.mmap_dir if config.storage == "mmap" else None,
             frame_stack=config.frame_stack,
             scheduling_strategy=scheduling[i],
+            deterministic=deterministic,
+            run_seed=seed,
         )
         for i in range(config.num_shards)
     ]

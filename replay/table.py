@@ -89,6 +89,9 @@ class ReplayTable:
         self.priority_updates = 0
         self.stale_updates = 0
         self._last: collections.OrderedDict[str, WriteReceipt] = collections.OrderedDict()
+        # Set to a list, draws of dead items record (slots, insertion ids) here instead of
+        # zeroing their priorities at once (a deterministic shard applies them at its commit).
+        self.dead_draws: list[tuple[np.ndarray, np.ndarray]] | None = None
 
     def __len__(self) -> int:
         return len(self.storage)
@@ -169,7 +172,9 @@ class ReplayTable:
             dead = ~self.storage.live(indices)
             if not dead.any():
                 return indices
-            if isinstance(self.sampler, PrioritizedSampler):
+            if self.dead_draws is not None:
+                self.dead_draws.append((indices[dead], self.insertion_ids[indices[dead]]))
+            elif isinstance(self.sampler, PrioritizedSampler):
                 self.sampler.update(indices[dead], np.zeros(int(dead.sum())))
             indices = indices.copy()
             indices[dead] = self.sampler.sample(int(dead.sum()), len(self.storage))

@@ -30,6 +30,7 @@ from services.checkpoints.resume import resolve_resume
 from services.checkpoints.store import CheckpointWriteError
 from services.config import ConfigError, RunConfig, load_config
 from services.config.spec import check_local_gpus, env_spaces, model_spec_for
+from services.driver.faults import DeterminismError
 from services.driver.placement import PlacementError
 from services.observe.progress import ProgressReporter
 from services.run.embedded import init_ray, logical_cpus
@@ -126,7 +127,7 @@ def main(argv: list[str] | None = None, prog: str = PROG) -> int:
     except KeyboardInterrupt:
         logger.warning("interrupted before a clean stop")
         return 130
-    except (PlacementError, CheckpointWriteError) as err:  # e.g. the final checkpoint's disk
+    except (PlacementError, CheckpointWriteError, DeterminismError) as err:  # e.g. a full disk
         print(f"relayrl: {err}", file=sys.stderr)
         return 1
     except OSError as err:  # the gRPC server could not bind its port

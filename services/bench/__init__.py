@@ -22,4 +22,7 @@ Subcommands (each prints progress to stderr and one JSON object as its last line
       collectors: receipts/s, driver CPU per receipt, loop latency, exact frames
       (:mod:`services.bench.scale`; the simulated services: :mod:`services.bench.simulated`,
       their actors :mod:`services.bench.simfleet`).
+    * ``determinism``: deterministic runs of DQN and PPO compared by digest, with the default
+      mode's and a stopped-and-resumed run's, and the mode's cost in frames/s
+      (:mod:`services.bench.determinism`).
 """

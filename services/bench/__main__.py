@@ -5,7 +5,18 @@ from __future__ import annotations
 import importlib
 import sys
 
-SUBCOMMANDS = ("grpc", "solve", "learn", "atari", "marl", "soak", "checkpoint", "hostile", "scale")
+SUBCOMMANDS = (
+    "grpc",
+    "solve",
+    "learn",
+    "atari",
+    "marl",
+    "soak",
+    "checkpoint",
+    "hostile",
+    "scale",
+    "determinism",
+)
 
 
 def main(argv: list[str], prog: str = "python -m services.bench") -> int:

@@ -10,6 +10,7 @@ Modules:
     * ``recipes``: the :class:`~services.config.recipes.Algorithm` dataclass and the
       ``ALGORITHMS`` registry: an algorithm as data (loop, loss, network, defaults).
     * ``checks``: refusals of what an algorithm cannot run (config and env spaces), no torch.
+    * ``determinism``: what ``run.deterministic`` refuses (arrival- or clock-driven fields).
     * ``multiagent``: the IQL, VDN and QMIX recipes' defaults, refusals and env spaces.
     * ``spec``: the env's spaces and the network spec a run calls for
       (``collector.networks.builders`` filled from the config).

@@ -17,6 +17,7 @@ from collector.config import CollectorConfig
 from learner.config import LearnerConfig
 from replay.config import ReplayConfig
 from services.config.checks import check
+from services.config.determinism import check_deterministic
 from services.config.evaluation import EvaluationConfig
 from services.config.grpc import GrpcConfig, redact_secrets
 from services.config.recipes import ALGORITHMS
@@ -37,17 +38,33 @@ class RunSection:
         storage: Root of the default run directories; None: ``$RELAYRL_STORAGE``, else
             ``~/relayrl_results`` (``services.run.storage``). Never inside a submitted job's
             working directory, which Ray deletes.
+        deterministic: Same seed and config, same bits: the loops schedule by counts instead
+            of arrival, every random stream derives from ``(seed, component, index,
+            generation)`` and the learners run deterministic kernels (``docs/determinism.md``).
+            Off by default: it costs speed.
+        policy_lag: Deterministic off-policy runs only: a collection round acts with the
+            weights published this many learner rounds earlier (1: the previous round's), so
+            collection and learning overlap; on-policy runs are lockstep (lag 0) regardless.
     """
 
     name: str = "relayrl"
     dir: str | None = None
     storage: str | None = None
+    # Determinism
+    deterministic: bool = False
+    policy_lag: int = 2
 
     def __post_init__(self) -> None:
         if not self.name or any(c in self.name for c in "/ \t\n"):
             raise ValueError(f"name: must be non-empty without '/' or spaces, got {self.name!r}")
         if self.storage is not None and not self.storage:
             raise ValueError(f"storage: must be a non-empty path, got {self.storage!r}")
+        if not isinstance(self.deterministic, bool):
+            raise ValueError(f"deterministic: must be true or false, got {self.deterministic!r}")
+        if isinstance(self.policy_lag, bool) or not isinstance(self.policy_lag, int):
+            raise ValueError(f"policy_lag: must be an integer >= 1, got {self.policy_lag!r}")
+        if self.policy_lag < 1:
+            raise ValueError(f"policy_lag: must be >= 1, got {self.policy_lag!r}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -283,6 +300,7 @@ class RunConfig:
                 f"algorithm: must be one of {tuple(ALGORITHMS)}, got {self.algorithm!r}"
             )
         check(self)
+        check_deterministic(self)
 
     def to_dict(self) -> dict:
         """Plain nested dict (YAML/JSON serializable), literal secrets ``<redacted>``.

@@ -3,7 +3,8 @@
 Layout:
     * ``controller``: :class:`~services.driver.controller.Controller`, the run's thin runtime
       (setup and ordered restore, receipts in, weights out, stop requests, checkpoints, progress).
-    * ``loops``: what each algorithm issues next: ``offpolicy`` (UTD pacing) and ``onpolicy``.
+    * ``loops``: what each algorithm issues next: ``offpolicy`` (UTD pacing) and ``onpolicy``;
+      ``deterministic`` (``run.deterministic``: ticks scheduled by counts, shards committed).
     * ``inflight``: :class:`InFlight`, the rollouts in flight by ticket: counts, free slots,
       overdue rollouts, at a cost per event that does not grow with the fleet (pure).
     * ``accounting``: :class:`Accounting`, frames, episodes and return milestones counted from
@@ -16,5 +17,6 @@ Layout:
     * ``placement``: the services' placement group (collectors and replay shards) per run.
     * ``inbox``: requests from gRPC threads served at loop boundaries (external writes counted).
     * ``recovery``: the driver's reactions to faults (dead collectors, env errors, shard restarts).
-    * ``faults``: the pure fault monitors (shard health, crash loops, attribution to nodes).
+    * ``faults``: the pure fault monitors (shard health, crash loops, attribution to nodes),
+      ``ComponentFailure`` and ``DeterminismError``.
 """

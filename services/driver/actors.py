@@ -49,5 +49,11 @@ def start_learners(
 ) -> LearnerGroup:
     """Starts a learner group of ``generation`` sampling from ``shards``."""
     return LearnerGroup(
-        run_id, config.learner, model_spec, shards, config.seed, generation=generation
+        run_id,
+        config.learner,
+        model_spec,
+        shards,
+        config.seed,
+        generation=generation,
+        deterministic=config.run.deterministic,
     )

@@ -50,7 +50,7 @@ from services.driver.cadence import CheckpointCadence, ProgressCadence
 from services.driver.hooks import Hook, Hooks
 from services.driver.inbox import Inbox  # gRPC
 from services.driver.inflight import InFlight
-from services.driver.loops import LOOPS
+from services.driver.loops import make_loop
 from services.driver.placement import release_services, reserve_services
 from services.driver.recovery import Recovery
 from services.driver.runid import new_run_id
@@ -105,7 +105,7 @@ class Controller:
         self.progress_cadence = ProgressCadence(config.controller.log_interval_s)
         self.model_spec = model_spec or model_spec_for(config)
         self.algorithm = algorithm_for(config)
-        self.loop = LOOPS[self.algorithm.loop](self)
+        self.loop = make_loop(self, self.algorithm.loop)
         self.accounting = Accounting(
             config.collector.frame_skip, ReturnGoals.from_config(config.controller)
         )
@@ -152,14 +152,16 @@ class Controller:
         new generation).
         """
         cfg = self.config
-        name = self.run_id
+        name, det = self.run_id, cfg.run.deterministic
         checkpoint = None
         if self.resume_from is not None:
             checkpoint, _ = latest_valid(self.resume_from)
             saved = read_json(checkpoint / "driver.json")["counters"]["generation"]
             self.counters.generation = saved + 1
         self.placement = placement = reserve_services(cfg, name)
-        self.shards = remote_shards(name, cfg.replay, seed=cfg.seed, scheduling=placement.shards)
+        self.shards = remote_shards(
+            name, cfg.replay, seed=cfg.seed, scheduling=placement.shards, deterministic=det
+        )
         self.replay = ReplayClient(self.shards, seed=cfg.seed)
         self.recovery.watch_shards(self.shards)
         self.collectors = start_collectors(

@@ -33,6 +33,14 @@ class ComponentFailure(RuntimeError):
     """A component failed in a way the run cannot absorb; the message names it and its node."""
 
 
+class DeterminismError(ComponentFailure):
+    """A deterministic run lost a component it cannot replay in the same order (it stops).
+
+    Raised by ``services.driver.loops.deterministic``; the message names what was lost and
+    says to resume from the last checkpoint.
+    """
+
+
 _NODE_ADDRESSES: dict[str, str] = {}
 
 

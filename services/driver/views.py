@@ -103,6 +103,7 @@ class ReportView(Protocol):
     last_learner_metrics: dict[str, float]
     replay: ReplayClient | None
     shards: list
+    learners: LearnerGroup | None
     loop: Loop
     evaluation: EvaluationRunner | None
 

@@ -10,6 +10,7 @@ import math
 from typing import TYPE_CHECKING
 
 from services.observe.clock import process_start_time
+from services.observe.digest import run_digest
 
 if TYPE_CHECKING:
     from services.driver.views import ReportView
@@ -83,5 +84,6 @@ def summary(run: ReportView) -> dict:
         if first_rollout_at is None
         else round(first_rollout_at - process_start_time(), 3),
         **run.loop.state_dict(),
+        **run_digest(run.learners, run.shards),
         **(run.evaluation.summary() if run.evaluation is not None else {}),
     }

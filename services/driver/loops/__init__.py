@@ -9,15 +9,42 @@ decides what to issue next:
     * :class:`OnPolicyLoop` (PPO, A2C, REINFORCE): lockstep iterations; collect one batch with
       the current version, train epochs of minibatches on exactly that batch, publish.
 
+With ``run.deterministic`` the loops are :class:`DeterministicOffPolicyLoop` and
+:class:`DeterministicOnPolicyLoop` (``deterministic.py``): ticks scheduled by counts, shards
+committed between ticks (:func:`make_loop` picks).
+
 A loop has ``run()`` (until the frame budget or a stop; checkpoints fall between its units of
 work) and ``state_dict()`` / ``load_state_dict()`` for its counters in the driver's checkpoint.
 """
 
 from __future__ import annotations
 
+from services.driver.loops.deterministic import (
+    DeterministicOffPolicyLoop,
+    DeterministicOnPolicyLoop,
+)
 from services.driver.loops.offpolicy import OffPolicyLoop
 from services.driver.loops.onpolicy import OnPolicyLoop
 
 LOOPS = {"offpolicy": OffPolicyLoop, "onpolicy": OnPolicyLoop}
+DETERMINISTIC_LOOPS = {
+    "offpolicy": DeterministicOffPolicyLoop,
+    "onpolicy": DeterministicOnPolicyLoop,
+}
 
-__all__ = ["LOOPS", "OffPolicyLoop", "OnPolicyLoop"]
+
+def make_loop(controller, kind: str):
+    """The loop of ``kind`` (``offpolicy``, ``onpolicy``) for the controller's run mode."""
+    loops = DETERMINISTIC_LOOPS if controller.config.run.deterministic else LOOPS
+    return loops[kind](controller)
+
+
+__all__ = [
+    "DETERMINISTIC_LOOPS",
+    "LOOPS",
+    "DeterministicOffPolicyLoop",
+    "DeterministicOnPolicyLoop",
+    "OffPolicyLoop",
+    "OnPolicyLoop",
+    "make_loop",
+]
