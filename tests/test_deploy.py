@@ -239,7 +239,7 @@ def test_a_job_refuses_run_data_inside_its_working_directory(head):
 
 
 @pytest.mark.slow
-def test_three_jobs_of_the_default_config_at_once_stay_apart(head):
+def test_two_jobs_of_the_default_config_at_once_stay_apart(head):
     # The default config, as a new user submits it: one run name, one working directory.
     budget = [
         "--set",
@@ -249,16 +249,16 @@ def test_three_jobs_of_the_default_config_at_once_stay_apart(head):
         "--set",
         "checkpoint.keep=2",
     ]
-    job_ids = [head.submit(*budget) for _ in range(3)]
+    job_ids = [head.submit(*budget) for _ in range(2)]
     statuses = [head.wait(job_id) for job_id in job_ids]
     logs = [head.logs(job_id) for job_id in job_ids]
-    assert statuses == ["SUCCEEDED"] * 3, [log[-2000:] for log in logs]
+    assert statuses == ["SUCCEEDED"] * 2, [log[-2000:] for log in logs]
     summaries = [
         json.loads([line for line in log.splitlines() if line.startswith("{")][-1]) for log in logs
     ]
     run_ids = {s["run_id"] for s in summaries}
     run_dirs = {Path(s["run_dir"]) for s in summaries}
-    assert len(run_ids) == 3 and len(run_dirs) == 3
+    assert len(run_ids) == 2 and len(run_dirs) == 2
     for summary, job_id in zip(summaries, job_ids, strict=True):
         run_dir = Path(summary["run_dir"])
         assert run_dir.name == summary["run_id"]

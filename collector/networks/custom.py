@@ -32,6 +32,7 @@ import torch
 from torch import nn
 
 from collector.networks.actor_critic import StochasticActor
+from collector.noise import policy_noise
 
 
 @dataclasses.dataclass(frozen=True)
@@ -115,7 +116,8 @@ class DistributionActor(StochasticActor):
 
     Categorical actions sample the logits ``out`` as the built-in one does; Gaussian ones take
     the mean and standard deviation of ``network.distribution(out)`` (reparameterized with the
-    policy's own generator) and its ``log_prob``; values come from ``forward``.
+    policy's own generator, or the colored noise of ``collector.action_noise``) and its
+    ``log_prob``; values come from ``forward``.
 
     Args:
         network: The user's module (``collector.networks.contracts.ActorCriticNetwork``).
@@ -127,6 +129,7 @@ class DistributionActor(StochasticActor):
         self.network = network
         self.spec = spec
         self.generator = torch.Generator().manual_seed(int(seed.generate_state(1)[0]))
+        self.noise = policy_noise(spec.noise_beta, spec.noise_horizon, seed)
 
     def value(self, obs: np.ndarray) -> np.ndarray:
         """The value ``[n]`` of each observation (``forward``'s second output)."""
@@ -135,6 +138,9 @@ class DistributionActor(StochasticActor):
 
     def _gaussian(self, mean: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         distribution = self.network.distribution(mean)
-        noise = torch.randn(mean.shape, generator=self.generator)
+        if self.noise is not None:  # colored noise (collector.action_noise), as the built-in
+            noise = torch.from_numpy(self.noise.sample(*mean.shape))
+        else:
+            noise = torch.randn(mean.shape, generator=self.generator)
         sample = distribution.mean + distribution.stddev * noise
         return sample, distribution.log_prob(sample)
