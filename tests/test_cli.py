@@ -6,7 +6,6 @@ from pathlib import Path
 
 import pytest
 
-from services.checkpoints.store import latest_valid
 from tests.conftest import PYTHON, ROOT, cli_env, run_cli
 
 
@@ -79,39 +78,3 @@ def test_invalid_config_exits_before_any_actor(override, field, tmp_path):
     assert len(message) == 1 and field in message[0], result.stderr
     assert "Ray" not in result.stderr and "Ray" not in result.stdout  # no cluster was started
     assert not any(tmp_path.iterdir())  # nothing written
-
-
-@pytest.mark.slow
-def test_two_runs_started_together_get_distinct_run_directories(tmp_path):
-    args = [
-        "--set",
-        "controller.total_frames=2000",
-        "--set",
-        "collector.num_collectors=1",
-        "--set",
-        "replay.num_shards=1",
-        "--set",
-        "controller.init_random_frames=500",
-        "--set",
-        "checkpoint.interval_frames=1000",
-        "--set",
-        f"run.storage={tmp_path}",
-    ]
-    command = [PYTHON, "-m", "services.train", *args]
-    processes = [
-        subprocess.Popen(command, cwd=ROOT, env=cli_env(), stdout=subprocess.PIPE, text=True)
-        for _ in range(2)
-    ]
-    outputs = [p.communicate(timeout=240)[0] for p in processes]
-    assert [p.returncode for p in processes] == [0, 0], outputs
-    summaries = [json.loads(out.strip().splitlines()[-1]) for out in outputs]
-    run_dirs = {Path(s["run_dir"]) for s in summaries}
-    assert len(run_dirs) == 2 and {d.parent for d in run_dirs} == {tmp_path}
-    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(s["run_id"] for s in summaries)
-    for summary in summaries:
-        run_dir = Path(summary["run_dir"])
-        assert run_dir.name == summary["run_id"] and summary["run_id"].startswith("relayrl-")
-        assert json.loads((run_dir / "summary.json").read_text()) == summary
-        assert (run_dir / "config.yaml").exists() and (run_dir / "metrics.jsonl").exists()
-        _, manifest = latest_valid(run_dir / "checkpoints")  # its own rotation, intact
-        assert manifest["counters"]["collected_frames"] == summary["frames"]

@@ -319,7 +319,9 @@ def test_a_non_finite_loss_skips_the_step_and_is_counted():
 
 # -- signals -------------------------------------------------------------------------------------
 @pytest.mark.slow
-@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+# SIGTERM (a supervisor, `kill -TERM -<pgid>`); Ctrl-C's SIGINT takes the same handler
+# (services.train.install_signal_handlers; its unit test: tests/test_signals.py).
+@pytest.mark.parametrize("signum", [signal.SIGTERM])
 def test_a_signal_to_the_whole_process_group_stops_cleanly_within_15_s(tmp_path, signum):
     process = subprocess.Popen(
         [
