@@ -62,6 +62,16 @@ ROLLOUT_CONCURRENCY = 2
 CONCURRENCY_GROUPS = {"control": 2}
 
 
+def _shard_handle(shard):
+    """A shard's handle from its handle or actor name (None: no such actor any more)."""
+    if not isinstance(shard, str):
+        return shard
+    try:
+        return ray.get_actor(shard, namespace="relayrl")
+    except ValueError:
+        return None
+
+
 class Collector:
     """Steps ``num_envs`` environments with the newest weights it was given and writes to replay.
 
@@ -93,6 +103,10 @@ class Collector:
             ``collector.onpolicy``); None keeps off-policy n-step transitions.
         frame_stack: Write observations as frame streams for a frame-deduplicated replay
             (``replay.frames``; 0: stacked observations as they are).
+        generation: The run's learner generation when this collector starts: 0 for a run's
+            first collectors; a collector added to a running run, or started by a run resumed
+            at another size, seeds its envs, exploration and torch from it too, so no two
+            collectors of a run's lineage share a stream (``collector.fleet``).
     """
 
     def __init__(
@@ -110,22 +124,24 @@ class Collector:
         gamma: float = 0.99,
         transform: OnPolicyTransform | None = None,
         frame_stack: int = 0,
+        generation: int = 0,
     ) -> None:
         torch.set_num_threads(1)
         self.collector_id = collector_id
         self.seed = seed
+        self.generation = generation
         # Shards given by name are looked up here: Ray cannot restart an actor whose constructor
         # arguments hold actor handles if those go out of scope, and it warns about it.
-        handles = [
-            ray.get_actor(s, namespace="relayrl") if isinstance(s, str) else s for s in shards
-        ]
+        # A shard removed by a live resize is gone: a collector Ray restarts later skips it.
+        handles = [h for h in map(_shard_handle, shards) if h is not None]
         self.writer = ReplayWriter(ReplayClient(handles), collector_id)
-        torch.manual_seed(seed * 7919 + collector_id)
+        torch.manual_seed(seed * 7919 + collector_id + generation * 1_000_003)
         self.weights = PolicyWeights(model_spec.build().eval())
+        policy_entropy = [seed, collector_id, 1] + ([generation, 0x51] if generation else [])
         self.policy = model_spec.make_policy(
-            self.weights.network, np.random.SeedSequence([seed, collector_id, 1])
+            self.weights.network, np.random.SeedSequence(policy_entropy)
         )
-        seeds = env_seeds(seed, collector_id, num_envs)
+        seeds = env_seeds(seed, collector_id, num_envs, generation=generation)
         self.env_id = env_id
         if hasattr(model_spec, "make_vector_env"):
             # A spec whose policy needs another env interface (multi-agent) builds the envs.
@@ -326,6 +342,18 @@ class Collector:
             torch.set_rng_state(torch.tensor(np.asarray(state["torch_rng"]), dtype=torch.uint8))
             num_envs, seq = self.worker.num_envs, self.writer.seq
             self.worker.reset(env_seeds(self.seed, self.collector_id, num_envs, seq + 1))
+
+    @ray.method(concurrency_group="control")
+    def set_shards(self, shards: Sequence[str]) -> int:
+        """Writes go to these replay shards (actor names) from the next rollout on.
+
+        The home shard becomes ``collector_id % len(shards)``. Call it while paused (the
+        driver's resize does), so no write is in flight; returns the number of shards.
+        """
+        handles = [ray.get_actor(s, namespace="relayrl") for s in shards]
+        with self._step_lock:
+            self.writer.replay = ReplayClient(handles)
+        return len(handles)
 
     @ray.method(concurrency_group="control")
     def ping(self) -> int:

@@ -173,8 +173,17 @@ def _guarded(
     return GuardedEnv(env if wrap is None else wrap(env, index), env_id, index)
 
 
+# Tags the seeds of collectors started at a generation > 0 (see env_seeds).
+GENERATION_TAG = 0x9E37
+
+
 def env_seeds(
-    run_seed: int, collector_id: int, num_envs: int, epoch: int = 0, stream: int = 0
+    run_seed: int,
+    collector_id: int,
+    num_envs: int,
+    epoch: int = 0,
+    stream: int = 0,
+    generation: int = 0,
 ) -> list[int]:
     """Distinct, reproducible per-env reset seeds.
 
@@ -187,9 +196,14 @@ def env_seeds(
             the same state.
         stream: 0 for the reset seeds above; other streams give independent seeds for the same
             epoch (whole-episode rollouts reset with ``stream=1`` and the rollout's number).
+        generation: 0 for a run's first collectors; collectors started by a resumed run at
+            another size, or added to a running one, use the run's learner generation, so
+            their env streams differ from every earlier collector's (``collector.fleet``).
     """
     entropy = [run_seed, collector_id] if epoch == 0 else [run_seed, collector_id, epoch]
     if stream:
         entropy.append(stream)
+    if generation:
+        entropy = [run_seed, collector_id, epoch, stream, generation, GENERATION_TAG]
     state = np.random.SeedSequence(entropy).generate_state(num_envs)
     return [int(s) for s in state]

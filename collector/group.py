@@ -10,9 +10,9 @@ from typing import Any
 import ray
 
 from collector.completions import Completions, Finished
-from collector.config import INLINE_WRITE_ENV, inherits_inline_writes
 from collector.dispatch import DirectDispatch
 from collector.hub import HubDispatch, HubDown, RolloutLostError, start_hubs
+from collector.remote import remote_collector
 from collector.restarts import DeathLedger
 
 logger = logging.getLogger(__name__)
@@ -24,39 +24,6 @@ CONTROL_TIMEOUT_S = 300.0
 
 class CollectorsPausedError(RuntimeError):
     """A rollout was asked of a paused CollectorGroup."""
-
-
-def remote_collector(
-    run_name: str,
-    collector_id: int,
-    *args,
-    num_cpus: float = 1.0,
-    max_restarts: int = 3,
-    scheduling_strategy=None,
-    **kwargs,
-) -> ray.actor.ActorHandle:
-    """Starts a named Collector actor ``<run>.collector-<i>`` in namespace ``relayrl``.
-
-    ``args`` and ``kwargs`` are :class:`collector.actor.Collector`'s after ``collector_id``. The
-    actor gets its rollout threads (pipelined writes), its control threads, and sends replay
-    writes of up to ``INLINE_WRITE_BYTES`` inline (Ray's ``max_direct_call_object_size``, set
-    for this actor's process only). ``run_name`` is the run id; ``scheduling_strategy`` (e.g. a
-    bundle of the run's placement group) defaults to Ray's.
-    """
-    from collector.actor import CONCURRENCY_GROUPS, ROLLOUT_CONCURRENCY, Collector  # torch
-
-    actor_cls = ray.remote(
-        max_concurrency=ROLLOUT_CONCURRENCY, concurrency_groups=CONCURRENCY_GROUPS
-    )(Collector).options(
-        name=f"{run_name}.collector-{collector_id}",
-        namespace="relayrl",
-        num_cpus=num_cpus,
-        max_restarts=max_restarts,
-        max_task_retries=0,
-        runtime_env=None if inherits_inline_writes() else {"env_vars": INLINE_WRITE_ENV},
-        scheduling_strategy=scheduling_strategy,
-    )
-    return actor_cls.remote(collector_id, *args, **kwargs)
 
 
 class CollectorGroup:
@@ -98,6 +65,8 @@ class CollectorGroup:
         scheduling: One scheduling strategy per collector (e.g. bundles of the run's placement
             group); None entries or None: Ray's default. A restarted collector keeps its own.
         aggregate: Send rollouts through one hub per node (started by :meth:`wait_ready`).
+        generation: The run's learner generation (seeds of collectors started by a run resumed
+            at another size; see ``collector.actor.Collector``).
 
     Examples:
         >>> group = CollectorGroup("run", 2, "CartPole-v1", 8, spec, shards, 0)  # doctest: +SKIP
@@ -127,16 +96,19 @@ class CollectorGroup:
         frame_stack: int = 0,
         scheduling: Sequence | None = None,
         aggregate: bool = False,
+        generation: int = 0,
     ) -> None:
         scheduling = list(scheduling) if scheduling is not None else [None] * num_collectors
-        self.actors = [
-            remote_collector(
+        self.shard_names = list(shards)  # what new collectors write to (live resizes change it)
+
+        def spawn(index: int, strategy=None, generation: int = 0) -> ray.actor.ActorHandle:
+            return remote_collector(
                 run_name,
-                i,
+                index,
                 env_id,
                 envs_per_collector,
                 model_spec,
-                list(shards),
+                list(self.shard_names),
                 seed,
                 vector_mode,
                 num_cpus=num_cpus,
@@ -146,10 +118,12 @@ class CollectorGroup:
                 gamma=gamma,
                 transform=transform,
                 frame_stack=frame_stack,
-                scheduling_strategy=scheduling[i],
+                generation=generation,
+                scheduling_strategy=strategy,
             )
-            for i in range(num_collectors)
-        ]
+
+        self.spawn = spawn  # collector.fleet starts collectors joining a running group with it
+        self.actors = [spawn(i, scheduling[i], generation) for i in range(num_collectors)]
         self._init_state(run_name, aggregate=aggregate)
 
     def _init_state(self, run_name: str, *, aggregate: bool = False) -> None:
@@ -175,7 +149,11 @@ class CollectorGroup:
         return self.deaths.restarts
 
     def __len__(self) -> int:
-        return len(self.actors)
+        return len(self.live())
+
+    def live(self) -> list[int]:
+        """Indices of the collectors in the group (a retired index stays empty, see fleet)."""
+        return [i for i, actor in enumerate(self.actors) if actor is not None]
 
     def wait_ready(self, timeout: float = 120.0) -> None:
         """Blocks until every collector answers (envs built, policy ready); notes their nodes.
@@ -183,8 +161,11 @@ class CollectorGroup:
         With ``aggregate``, then starts one :class:`~collector.hub.RolloutHub` per node that
         runs collectors, and rollouts travel through them from here on.
         """
-        ray.get([a.ping.remote() for a in self.actors], timeout=timeout)
-        self.nodes = ray.get([a.node_id.remote() for a in self.actors], timeout=timeout)
+        live = self.live()
+        ray.get([self.actors[i].ping.remote() for i in live], timeout=timeout)
+        nodes = ray.get([self.actors[i].node_id.remote() for i in live], timeout=timeout)
+        for index, node in zip(live, nodes, strict=True):
+            self.nodes[index] = node
         if self.aggregate and not self.hubs:
             self.use_hubs(*start_hubs(self.run_name, self.nodes, timeout))
 
@@ -309,8 +290,8 @@ class CollectorGroup:
 
     def _each_actor(self, method: str, *args) -> None:
         """Calls ``method`` on every collector; a dead one is skipped (it holds no rollout)."""
-        refs = [getattr(a, method).remote(*args) for a in self.actors]
-        for index, ref in enumerate(refs):
+        refs = {i: getattr(self.actors[i], method).remote(*args) for i in self.live()}
+        for index, ref in refs.items():
             try:
                 ray.get(ref)
             except ray.exceptions.RayActorError as err:
@@ -324,9 +305,9 @@ class CollectorGroup:
         """
         self._remember(weights)
         refs = {}
-        for index, actor in enumerate(self.actors):
+        for index in self.live():
             if self.known_versions[index] < (weights.generation, weights.version):
-                refs[index] = actor.set_weights.remote(weights)
+                refs[index] = self.actors[index].set_weights.remote(weights)
                 self.known_versions[index] = (weights.generation, weights.version)
         for index, ref in refs.items():
             try:
@@ -342,7 +323,7 @@ class CollectorGroup:
             TimeoutError: Naming the collectors that did not answer within ``timeout``.
         """
         deadline = time.monotonic() + timeout
-        missing = list(range(len(self.actors)))
+        missing = self.live()
         while missing:
             refs = {i: self.actors[i].ping.remote() for i in missing}
             for index, ref in refs.items():
@@ -373,11 +354,13 @@ class CollectorGroup:
 
     def policy_versions(self) -> list[tuple[int, int]]:
         """Asks every collector which ``(generation, version)`` it holds."""
-        return ray.get([a.policy_version.remote() for a in self.actors], timeout=CONTROL_TIMEOUT_S)
+        actors = [self.actors[i] for i in self.live()]
+        return ray.get([a.policy_version.remote() for a in actors], timeout=CONTROL_TIMEOUT_S)
 
     def state_dicts(self) -> list[dict]:
         """Every collector's state (call between :meth:`pause` and :meth:`resume`)."""
-        return ray.get([a.state_dict.remote() for a in self.actors], timeout=CONTROL_TIMEOUT_S)
+        actors = [self.actors[i] for i in self.live()]
+        return ray.get([a.state_dict.remote() for a in actors], timeout=CONTROL_TIMEOUT_S)
 
     def load_state_dicts(self, states: Sequence[Mapping[str, Any]]) -> None:
         """Restores every collector's state; envs restart on fresh, re-seeded episodes.
@@ -386,13 +369,14 @@ class CollectorGroup:
             ValueError: If the number of states differs from the number of collectors, or a
                 state belongs to another collector.
         """
-        if len(states) != len(self.actors):
-            raise ValueError(f"states: expected {len(self.actors)}, got {len(states)}")
-        refs = [a.load_state_dict.remote(s) for a, s in zip(self.actors, states, strict=True)]
+        actors = [self.actors[i] for i in self.live()]
+        if len(states) != len(actors):
+            raise ValueError(f"states: expected {len(actors)}, got {len(states)}")
+        refs = [a.load_state_dict.remote(s) for a, s in zip(actors, states, strict=True)]
         ray.get(refs, timeout=CONTROL_TIMEOUT_S)
 
     def shutdown(self) -> None:
         """Kills every collector actor (and hub)."""
         self.dispatch.close()
-        for actor in [*self.hubs, *self.actors]:
+        for actor in [*self.hubs, *(a for a in self.actors if a is not None)]:
             ray.kill(actor, no_restart=True)

@@ -44,6 +44,11 @@ class DeathLedger:
         self._issued: collections.OrderedDict[Hashable, int] = collections.OrderedDict()
         self._memory = max(ISSUED_MEMORY, 8 * num_collectors)
 
+    def grow(self, count: int) -> None:
+        """Makes room for ``count`` more collectors (indices after the current ones)."""
+        self._deaths += [0] * count
+        self._recovering += [None] * count
+
     def recovering(self, index: int) -> bool:
         """Whether collector ``index`` has not answered since its last recorded death."""
         return self._recovering[index] is not None

@@ -6,6 +6,8 @@ Commands (``python -m services.<name>``, or ``relayrl <name>`` once installed: `
     * ``evaluate``: play a trained policy, print its returns, record videos.
     * ``export``: write a trained policy's forward as ``pt2`` or ONNX.
     * ``plot``: learning curves from a run directory's ``metrics.jsonl``.
+    * ``scale``: resize a running job over gRPC (``Control/Scale``): collectors, replay shards,
+      learner world size.
     * ``external_actor``: an example actor outside Ray, fed over gRPC.
     * ``bench``: ``python -m services.bench <name>``, driver-side benchmarks.
     * ``cli``: the ``relayrl`` command (``[project.scripts]``), one subcommand per module.
@@ -18,7 +20,8 @@ Rooms:
     * ``driver``: the :class:`~services.driver.controller.Controller` (receipts in, counters
       and references out, never batches), its loops (``offpolicy``, ``onpolicy``), frame
       accounting, checkpoint and progress cadence, hooks, the typed views of the run, the gRPC
-      inbox, fault recovery, service placement and the run's counters.
+      inbox, fault recovery, service placement, live resizes (``elastic``) and the run's
+      counters.
     * ``config``: :class:`RunConfig` (frozen sections validated on construction), the YAML
       loader with ``--set`` overrides, the algorithm recipes and their checks, the network spec
       a run's env calls for.

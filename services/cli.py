@@ -24,6 +24,7 @@ COMMANDS = {
     "evaluate": ("services.evaluate", "play a trained policy, print its returns, record videos"),
     "export": ("services.export", "write a policy's forward as pt2 or ONNX"),
     "plot": ("services.plot", "learning curves of a run directory"),
+    "scale": ("services.scale", "resize a running job: collectors, replay shards, learner ranks"),
     "bench": ("services.bench.__main__", "driver-side benchmarks (relayrl bench <name>)"),
 }
 

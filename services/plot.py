@@ -15,9 +15,9 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
-from services.observe.runlog import evaluation_points, read_log, series
+from services.observe.runlog import evaluation_points, read_events, read_log, series
 
-__all__ = ["evaluation_points", "main", "plot_run", "read_log", "series"]
+__all__ = ["evaluation_points", "main", "plot_run", "read_events", "read_log", "series"]
 
 
 def plot_run(run_dir: str | Path) -> Path:
@@ -49,6 +49,11 @@ def plot_run(run_dir: str | Path) -> Path:
     ax.plot(frames, series(records, "updates_per_s"), label="updates/s")
     ax.set(xlabel="frames", title="Throughput")
     ax.legend(fontsize="small")
+    for event in read_events(run_dir, "resize"):  # live resizes: a dotted line at their frames
+        text = f"{event['what']} {event['from']}->{event['to']}"
+        for ax in (axes[0][0], axes[1][0], axes[1][1]):
+            ax.axvline(event["frames"], color="grey", linestyle=":", linewidth=1)
+        axes[0][0].annotate(text, (event["frames"], 0), xycoords=("data", "axes fraction"))
     out = run_dir / "plots" / "learning_curves.png"
     out.parent.mkdir(exist_ok=True)
     fig.savefig(out, dpi=100)

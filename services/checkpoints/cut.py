@@ -5,9 +5,13 @@ Save (:func:`save_cut`): the controller first drains its in-flight rollouts and 
 replay shard dumps its files, every collector returns its state and every learner rank returns
 its state; the driver writes those and its own counters, then the manifest, then resumes.
 
-Restore (:func:`restore`): replay shards, then collectors, then driver counters, then learners
-as a new generation (world size validated), then a forced weight publication; collection
-resumes when the loop starts.
+Restore (:func:`restore_services`, :func:`restore_learners`): replay shards, then collectors,
+then driver counters, then learners as a new generation, then a forced weight publication;
+collection resumes when the loop starts. A checkpoint resumes at any size (#28): replay items
+are re-sharded (``replay.reshard``), any rank's learner state serves every new rank with RNG
+streams derived per new rank (``learner.resize``), and another fleet of collectors starts
+fresh with seeds derived from ``(seed, index, generation)``; frames, steps and versions continue
+from the driver's counters.
 
 Files of a checkpoint: ``replay-<i>/`` (written by each shard itself), ``collector-<i>.json/.npz``,
 ``learner-<rank>.pt`` (``torch.load(weights_only=True)``), ``driver.json``, ``config.json``.
@@ -32,6 +36,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from replay.health import ShardUnavailableError
 from replay.npyio import CheckpointError
 from services.checkpoints.resume import PINNED_FIELDS, check_compatible, resolve_resume
 from services.checkpoints.statefile import load_state, save_state
@@ -51,6 +56,7 @@ __all__ = [
     "PINNED_FIELDS",
     "CheckpointWriteError",
     "check_compatible",
+    "checkpoint_now",
     "drain",
     "recover_learners",
     "resolve_resume",
@@ -72,6 +78,35 @@ def write_failed(store: CheckpointStore, err: OSError) -> CheckpointWriteError:
     if cause.filename:
         why = f"{cause.filename}: {why}"
     return CheckpointWriteError(f"checkpoint under {store.root} not written: {why}")
+
+
+def checkpoint_now(controller: CutView) -> Path | None:
+    """The controller's ``checkpoint()``: a cut now, external writes held and counted.
+
+    Returns None when checkpoints are off or the cut is skipped (a replay shard is down).
+
+    Raises:
+        CheckpointWriteError: The disk refused the checkpoint (logged with the path and
+            counted; the staging directory is removed).
+    """
+    if controller.checkpoints is None:
+        return None
+    controller.recovery.before_cut()  # no cut captures a restarted shard before its refill
+    try:
+        with controller.inbox.barrier(controller):  # gRPC: external writes held and counted
+            return save_cut(controller, controller.checkpoints)
+    except ShardUnavailableError as err:  # the cut would miss a shard: the run goes on
+        logger.warning("checkpoint skipped: %s", err)
+        return None
+    except OSError as err:  # disk full, I/O error: logged and counted, the caller decides
+        failure = write_failed(controller.checkpoints, err)
+        counters = controller.counters
+        counters.checkpoint_failures += 1
+        logger.error("%s (checkpoint failures: %d)", failure, counters.checkpoint_failures)
+        controller.emit("checkpoint_failed", failure)
+        raise failure from err
+    finally:
+        controller.recovery.after_cut()
 
 
 def drain(controller: CutView) -> None:
@@ -162,12 +197,28 @@ def load_driver_state(controller: CutView, state: dict) -> None:
     controller.cadence.restore(controller.counters.collected_frames)
 
 
-def load_learner_states(checkpoint: Path, world_size: int) -> list[dict]:
-    """Reads every rank's state with ``weights_only=True``.
+def saved_sizes(checkpoint: Path) -> dict[str, int]:
+    """The sizes a checkpoint was written at: ``collectors``, ``envs``, ``shards``, ``world_size``.
+
+    Read from its files (the driver's config may have been resized live before the cut).
+    """
+    config = read_json(checkpoint / "config.json")
+    return {
+        "collectors": len(list(checkpoint.glob("collector-*.json"))),
+        "envs": int(config.get("collector", {}).get("envs_per_collector", 0)),
+        "shards": len([p for p in checkpoint.glob("replay-*") if p.is_dir()]),
+        "world_size": len(list(checkpoint.glob("learner-*.pt"))),
+    }
+
+
+def load_learner_states(checkpoint: Path, world_size: int | None = None) -> list[dict]:
+    """Reads every rank's state with ``weights_only=True`` (default: every saved rank).
 
     Raises:
         CheckpointError: Naming an unreadable file.
     """
+    if world_size is None:
+        world_size = saved_sizes(checkpoint)["world_size"]
     states = []
     for rank in range(world_size):
         path = checkpoint / f"learner-{rank}.pt"
@@ -184,9 +235,23 @@ def restore_services(controller: CutView, checkpoint: Path) -> dict:
     Returns:
         The driver state, whose ``generation`` the new learner generation follows.
     """
-    controller.replay.load(checkpoint)
-    states = [load_state(checkpoint / f"collector-{i}") for i in range(len(controller.collectors))]
-    controller.collectors.load_state_dicts(states)
+    controller.replay.load(checkpoint)  # re-sharded when the shard count differs
+    saved, cfg = saved_sizes(checkpoint), controller.config.collector
+    if (saved["collectors"], saved["envs"]) == (len(controller.collectors), cfg.envs_per_collector):
+        states = [load_state(checkpoint / f"collector-{i}") for i in range(saved["collectors"])]
+        # Positions, not ids: a fleet resized live was saved as its live collectors, in order.
+        states = [{**state, "collector_id": i} for i, state in enumerate(states)]
+        controller.collectors.load_state_dicts(states)
+    else:  # another fleet: fresh collectors, seeded by (seed, index, generation), new writer ids
+        logger.info(
+            "resuming %d collectors x %d envs from a checkpoint of %d x %d: collectors start "
+            "fresh (generation %d seeds)",
+            len(controller.collectors),
+            cfg.envs_per_collector,
+            saved["collectors"],
+            saved["envs"],
+            controller.counters.generation,
+        )
     driver = read_json(checkpoint / "driver.json")
     load_driver_state(controller, driver)
     return driver
@@ -194,7 +259,7 @@ def restore_services(controller: CutView, checkpoint: Path) -> dict:
 
 def restore_learners(controller: CutView, checkpoint: Path) -> int:
     """Loads the learner states into the (new generation) group; returns the version."""
-    states = load_learner_states(checkpoint, controller.config.learner.world_size)
+    states = load_learner_states(checkpoint)  # any saved world size (learner.resize)
     version = controller.learners.load_state_dicts(states)
     counters = controller.counters
     counters.model_version = version

@@ -7,18 +7,16 @@ from pathlib import Path
 from services.checkpoints.store import latest_valid, read_json
 from services.config import ConfigError, RunConfig
 
-# Fields a resumed run must share with its checkpoint (they shape the saved state).
+# Fields a resumed run must share with its checkpoint (they shape the saved state). The sizes
+# (collector.num_collectors, collector.envs_per_collector, replay.num_shards, learner.world_size)
+# are free: a checkpoint resumes at any size (services.checkpoints.cut).
 PINNED_FIELDS = (
     "algorithm",
     "learner.loss",
     "learner.dueling",
     "collector.env_id",
-    "collector.num_collectors",
-    "collector.envs_per_collector",
     "collector.n_step",
-    "replay.num_shards",
     "replay.sampler",
-    "learner.world_size",
     "learner.hidden_sizes",
     "learner.network",
 )
@@ -54,6 +52,13 @@ def check_compatible(checkpoint_config: dict, config: RunConfig) -> None:
                 f"{dotted}: the checkpoint was written with {saved!r}, this config has {now!r}; "
                 "resume with the checkpoint's value"
             )
+    saved_shards = _field(checkpoint_config, "replay.num_shards", config.replay.num_shards)
+    if config.replay.frame_stack and saved_shards != config.replay.num_shards:
+        raise ConfigError(
+            f"replay.num_shards: the checkpoint was written with {saved_shards!r}, this config has "
+            f"{config.replay.num_shards!r}, and a frame-deduplicated replay (replay.frame_stack) "
+            "cannot be re-sharded; resume with the checkpoint's value"
+        )
 
 
 def find_checkpoint(path: str | Path) -> tuple[Path, dict]:

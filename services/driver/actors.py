@@ -19,9 +19,17 @@ from services.config.recipes import Algorithm
 
 
 def start_collectors(
-    config: RunConfig, run_id: str, model_spec, algorithm: Algorithm, scheduling: Sequence
+    config: RunConfig,
+    run_id: str,
+    model_spec,
+    algorithm: Algorithm,
+    scheduling: Sequence,
+    generation: int = 0,
 ) -> CollectorGroup:
-    """Starts the run's collector group, writing to its replay shards by name."""
+    """Starts the run's collector group, writing to its replay shards by name.
+
+    ``generation`` (a resumed run's) seeds collectors that start fresh at another size.
+    """
     cfg = config.collector
     return CollectorGroup(
         run_id,
@@ -41,6 +49,7 @@ def start_collectors(
         frame_stack=config.replay.frame_stack,
         scheduling=scheduling,
         aggregate=cfg.aggregate,
+        generation=generation,
     )
 
 

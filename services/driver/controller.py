@@ -28,16 +28,14 @@ from collector.group import CollectorGroup
 from learner.group import LearnerGroup, PendingRound
 from learner.receipts import ProtocolError, PublishedWeights, StepReceipt
 from replay.client import ReplayClient
-from replay.health import ShardUnavailableError
 from replay.shard import remote_shards
 from replay.wire.batches import ExternalReceipt
 from services.checkpoints.cut import (
     CheckpointWriteError,
+    checkpoint_now,
     recover_learners,
     restore_learners,
     restore_services,
-    save_cut,
-    write_failed,
 )
 from services.checkpoints.retention import make_store
 from services.checkpoints.store import latest_valid, read_json
@@ -47,6 +45,7 @@ from services.config.spec import model_spec_for
 from services.driver.accounting import Accounting, ReturnGoals
 from services.driver.actors import start_collectors, start_learners
 from services.driver.cadence import CheckpointCadence, ProgressCadence
+from services.driver.elastic import Elastic
 from services.driver.hooks import Hook, Hooks
 from services.driver.inbox import Inbox  # gRPC
 from services.driver.inflight import InFlight
@@ -127,6 +126,7 @@ class Controller:
         self.inbox = Inbox()  # gRPC: requests from server threads, served at loop boundaries
         self.recovery = Recovery(self)  # faults: shard health, crash loops, stuck rollouts
         self.evaluation = None  # services.evaluation.evaluator.EvaluationRunner, attached by launch
+        self.elastic = Elastic(self)  # live resizes (gRPC Scale, collector.num_collectors: auto)
 
     @property
     def counters(self) -> RunCounters:
@@ -165,7 +165,12 @@ class Controller:
         self.replay = ReplayClient(self.shards, seed=cfg.seed)
         self.recovery.watch_shards(self.shards)
         self.collectors = start_collectors(
-            cfg, name, self.model_spec, self.algorithm, placement.collectors
+            cfg,
+            name,
+            self.model_spec,
+            self.algorithm,
+            placement.collectors,
+            self.counters.generation,
         )
         with ThreadPoolExecutor(1, thread_name_prefix="learner-setup") as pool:
             learners = pool.submit(self.start_learners, self.counters.generation)
@@ -196,6 +201,7 @@ class Controller:
         """
         self.accept_weights(self.learners.publish(), force=True)
         self.collectors.sync_weights(self.weights)
+        self.elastic.attach()
         self.accounting.start()
         self.rates = RateMeter()
         self.progress_cadence.start()
@@ -213,23 +219,12 @@ class Controller:
             services.checkpoints.cut.CheckpointWriteError: The disk refused the checkpoint
                 (logged with the path and counted; the staging directory is removed).
         """
-        if self.checkpoints is None:
-            return None
-        self.recovery.before_cut()  # no cut captures a restarted shard before its refill
-        try:
-            with self.inbox.barrier(self):  # gRPC: external writes held and counted for the cut
-                return save_cut(self, self.checkpoints)
-        except ShardUnavailableError as err:  # the cut would miss a shard: the run goes on
-            logger.warning("checkpoint skipped: %s", err)
-            return None
-        except OSError as err:  # disk full, I/O error: logged and counted, the caller decides
-            failure = write_failed(self.checkpoints, err)
-            self.counters.checkpoint_failures += 1
-            logger.error("%s (checkpoint failures: %d)", failure, self.counters.checkpoint_failures)
-            self.emit("checkpoint_failed", failure)
-            raise failure from err
-        finally:
-            self.recovery.after_cut()
+        return checkpoint_now(self)
+
+    def use_config(self, config: RunConfig) -> None:
+        """Runs on ``config`` from now on (a live resize changed its sizes)."""
+        self.config = config
+        self.loop.config = config
 
     def shutdown(self) -> None:
         """Stops every actor this controller started (idempotent)."""

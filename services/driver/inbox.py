@@ -9,9 +9,10 @@ driver thread. The :class:`Inbox` is the one place they meet:
   driver counts each non-duplicate receipt in :meth:`Inbox.poll` through
   ``controller.count_external`` (frames are counted once, by the driver, from receipts) and
   resolves the future the handler waits on.
-- **checkpoint and stop requests**: futures resolved by the driver (a checkpoint is cut in the
-  loop, through the same consistent-cut path as interval checkpoints; the requests waiting at a
-  boundary and those that arrive while the cut runs share that one cut).
+- **checkpoint, stop and scale requests**: futures resolved by the driver (a checkpoint is cut
+  in the loop, through the same consistent-cut path as interval checkpoints; the requests
+  waiting at a boundary and those that arrive while the cut runs share that one cut; a scale
+  request sets target sizes through ``controller.elastic``).
 - **status**: a snapshot of the counters taken at every poll, read by ``GetStatus``.
 
 The controller calls :meth:`Inbox.poll` once per loop iteration, :meth:`Inbox.wait` when
@@ -64,6 +65,7 @@ class Inbox:
         self._wake = threading.Event()
         self._receipts: list[tuple[ExternalReceipt, Future]] = []
         self._checkpoints: list[Future] = []
+        self._scales: list[tuple[dict, bool, Future]] = []  # Control/Scale: sizes, wait
         self._stops: list[str] = []
         self._stop_waiters: list[Future] = []
         self._active = 0  # external writes sent and not yet acknowledged
@@ -139,6 +141,32 @@ class Inbox:
             self._checkpoints.append(future)
         self._wake.set()
         return future
+
+    def request_scale(self, sizes: dict[str, int], *, wait: bool = False) -> Future:
+        """A future of the target sizes the driver sets at its next boundary.
+
+        ``sizes``: ``collectors``, ``shards``, ``world_size`` (0 keeps one). With ``wait`` the
+        future resolves once every size is reached (collectors joined or retired).
+        """
+        future: Future = Future()
+        with self._cond:
+            if self.state != "running":
+                raise IntakeClosed(f"the run is {self.state}")
+            self._scales.append((dict(sizes), wait, future))
+        self._wake.set()
+        return future
+
+    def _scale(self, controller: InboxView, sizes: dict, wait: bool, future: Future) -> None:
+        try:
+            target = controller.elastic.request(**sizes, cause="Control/Scale")
+        except Exception as err:  # a refused size: the requester learns why, the run goes on
+            future.set_exception(err)
+            return
+        if not wait:
+            future.set_result(target)
+            return
+        reached = controller.elastic.wait()
+        reached.add_done_callback(lambda done: future.set_result(done.result()))
 
     def request_stop(self, reason: str) -> Future:
         """Asks for a clean stop; the future gives the final checkpoint's path ('' if none)."""
@@ -216,10 +244,13 @@ class Inbox:
         with self._cond:
             stops, self._stops = self._stops, []
             checkpoints, self._checkpoints = self._checkpoints, []
+            scales, self._scales = self._scales, []
         for reason in stops:
             controller.request_stop(reason)
         if checkpoints:
             self._cut(controller, checkpoints)
+        for sizes, wait, future in scales:
+            self._scale(controller, sizes, wait, future)
         if controller.stop_requested and self.state == "running":
             self._set_state("stopping")
         weights = controller.weights
@@ -350,7 +381,8 @@ class Inbox:
     def _fail_requests(self, error: Exception) -> None:
         with self._cond:
             checkpoints, self._checkpoints = self._checkpoints, []
-        for future in checkpoints:
+            scales, self._scales = self._scales, []
+        for future in [*checkpoints, *(future for _, _, future in scales)]:
             future.set_exception(error)
         self._fail_receipts(error)
 

@@ -55,6 +55,7 @@ class InFlight:
         self._free = collections.deque(i for _ in range(slots) for i in range(num_collectors))
         self._queued = [slots] * num_collectors  # turns of each collector in _free
         self._reported: set[Hashable] = set()
+        self.retired: set[int] = set()  # collectors leaving the fleet (services.driver.elastic)
 
     def __len__(self) -> int:
         return len(self._tickets)
@@ -75,10 +76,26 @@ class InFlight:
         index, _ = self._tickets.pop(ticket)
         self._reported.discard(ticket)
         self.per_collector[index] -= 1
+        if index in self.retired:
+            return index
         if self._queued[index] < self.slots - self.per_collector[index]:
             self._queued[index] += 1
             self._free.append(index)
         return index
+
+    def grow(self, index: int) -> None:
+        """Collector ``index`` joined the fleet (the next index): its slots get turns."""
+        while len(self.per_collector) <= index:
+            self.per_collector.append(0)
+            self._queued.append(0)
+        self.retired.discard(index)
+        for _ in range(self.slots):
+            self._queued[index] += 1
+            self._free.append(index)
+
+    def retire(self, index: int) -> None:
+        """Collector ``index`` leaves: no more turns (its rollouts in flight still finish)."""
+        self.retired.add(index)
 
     def next_free(self) -> int | None:
         """A collector with fewer than ``slots`` rollouts in flight (None: every one is busy).
@@ -88,7 +105,7 @@ class InFlight:
         while self._free:
             index = self._free.popleft()
             self._queued[index] -= 1
-            if self.per_collector[index] < self.slots:
+            if self.per_collector[index] < self.slots and index not in self.retired:
                 return index
         return None
 

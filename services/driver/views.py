@@ -106,6 +106,7 @@ class ReportView(Protocol):
     learners: LearnerGroup | None
     loop: Loop
     evaluation: EvaluationRunner | None
+    elastic: Any  # services.driver.elastic.Elastic: the run's current and target sizes
 
     def exploration(self) -> dict[str, Any]:
         """Exploration parameters of the next rollout."""
@@ -175,6 +176,7 @@ class InboxView(Hooked, Protocol):
     last_checkpoint: Path | None
     stop_requested: bool
     stop_reason: str | None
+    elastic: Any  # services.driver.elastic.Elastic: Control/Scale requests
 
     @property
     def counters(self) -> RunCounters:

@@ -197,6 +197,20 @@ class RelayClient:
         )
         return reply.checkpoint
 
+    def scale(
+        self,
+        *,
+        num_collectors: int = 0,
+        num_shards: int = 0,
+        world_size: int = 0,
+        wait: bool = True,
+    ) -> control_pb.ScaleReply:
+        """Sets the run's sizes live (0 keeps one); with ``wait``, answers once reached."""
+        request = control_pb.ScaleRequest(
+            num_collectors=num_collectors, num_shards=num_shards, world_size=world_size, wait=wait
+        )
+        return self.control.Scale(request, metadata=self.metadata, timeout=self.timeout)
+
     def health(self, service: str = "") -> str:
         """``SERVING``, ``NOT_SERVING``, ... of the server (no token needed)."""
         reply = self.health_stub.Check(

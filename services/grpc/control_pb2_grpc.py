@@ -27,7 +27,7 @@ if _version_not_supported:
 
 class ControlStub:
     """---------------------------------------------------------------------------------------------
-    Control: status, checkpoint now, stop.
+    Control: status, checkpoint now, stop, scale.
 
     """
 
@@ -52,11 +52,16 @@ class ControlStub:
                 request_serializer=services_dot_grpc_dot_control__pb2.StopRequest.SerializeToString,
                 response_deserializer=services_dot_grpc_dot_control__pb2.StopReply.FromString,
                 _registered_method=True)
+        self.Scale = channel.unary_unary(
+                '/relayrl.v1.Control/Scale',
+                request_serializer=services_dot_grpc_dot_control__pb2.ScaleRequest.SerializeToString,
+                response_deserializer=services_dot_grpc_dot_control__pb2.ScaleReply.FromString,
+                _registered_method=True)
 
 
 class ControlServicer:
     """---------------------------------------------------------------------------------------------
-    Control: status, checkpoint now, stop.
+    Control: status, checkpoint now, stop, scale.
 
     """
 
@@ -81,6 +86,15 @@ class ControlServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Scale(self, request, context):
+        """Sets the run's sizes live: collectors join or leave at loop boundaries without pausing the
+        others, replay shards change at a boundary (removed shards drained first), the learner world
+        size at a round boundary as a new generation. A field left 0 keeps its size.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ControlServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -99,6 +113,11 @@ def add_ControlServicer_to_server(servicer, server):
                     request_deserializer=services_dot_grpc_dot_control__pb2.StopRequest.FromString,
                     response_serializer=services_dot_grpc_dot_control__pb2.StopReply.SerializeToString,
             ),
+            'Scale': grpc.unary_unary_rpc_method_handler(
+                    servicer.Scale,
+                    request_deserializer=services_dot_grpc_dot_control__pb2.ScaleRequest.FromString,
+                    response_serializer=services_dot_grpc_dot_control__pb2.ScaleReply.SerializeToString,
+            ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
             'relayrl.v1.Control', rpc_method_handlers)
@@ -109,7 +128,7 @@ def add_ControlServicer_to_server(servicer, server):
  # This class is part of an EXPERIMENTAL API.
 class Control:
     """---------------------------------------------------------------------------------------------
-    Control: status, checkpoint now, stop.
+    Control: status, checkpoint now, stop, scale.
 
     """
 
@@ -184,6 +203,33 @@ class Control:
             '/relayrl.v1.Control/Stop',
             services_dot_grpc_dot_control__pb2.StopRequest.SerializeToString,
             services_dot_grpc_dot_control__pb2.StopReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Scale(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/relayrl.v1.Control/Scale',
+            services_dot_grpc_dot_control__pb2.ScaleRequest.SerializeToString,
+            services_dot_grpc_dot_control__pb2.ScaleReply.FromString,
             options,
             channel_credentials,
             insecure,

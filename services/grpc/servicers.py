@@ -11,6 +11,7 @@ from __future__ import annotations
 import concurrent.futures
 import logging
 import threading
+import time
 
 import grpc
 import ray
@@ -26,6 +27,7 @@ from replay.wire.service import (
     receipt_message,
     remaining_seconds,
 )
+from services.config import ConfigError
 from services.driver.inbox import Inbox
 from services.grpc import control_pb2 as control_pb
 from services.grpc import control_pb2_grpc as control_grpc
@@ -37,7 +39,7 @@ WEIGHTS_CHUNK_BYTES = 1 << 20
 
 
 class ControlServicer(control_grpc.ControlServicer):
-    """``GetStatus``, ``Checkpoint``, ``Stop``.
+    """``GetStatus``, ``Checkpoint``, ``Stop``, ``Scale``.
 
     Args:
         inbox: The driver's inbox.
@@ -115,6 +117,34 @@ class ControlServicer(control_grpc.ControlServicer):
                 context.abort(grpc.StatusCode.DEADLINE_EXCEEDED, "still stopping")
         return control_pb.StopReply(
             checkpoint=path, frames=self.inbox.status.get("collected_frames", 0)
+        )
+
+    def Scale(self, request, context):
+        """Sets target sizes at the driver's next boundary; with ``wait``, until reached."""
+        started = time.perf_counter()
+        sizes = {
+            "collectors": request.num_collectors,
+            "shards": request.num_shards,
+            "world_size": request.world_size,
+        }
+        logger.warning("gRPC: scale to %s requested by %s", sizes, context.peer())
+        try:
+            future = self.inbox.request_scale(sizes, wait=request.wait)
+            target = future.result(timeout=remaining_seconds(context))
+        except IntakeClosed as err:
+            context.abort(grpc.StatusCode.FAILED_PRECONDITION, f"cannot scale: {err}")
+        except concurrent.futures.TimeoutError:
+            context.abort(grpc.StatusCode.DEADLINE_EXCEEDED, "the resize is still running")
+        except ConfigError as err:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"cannot scale: {err}")
+        except Exception as err:
+            context.abort(grpc.StatusCode.INTERNAL, f"scale failed: {err}")
+        return control_pb.ScaleReply(
+            num_collectors=target.collectors,
+            num_shards=target.shards,
+            world_size=target.world_size,
+            seconds=time.perf_counter() - started,
+            frames=self.inbox.status.get("collected_frames", 0),
         )
 
 

@@ -2,6 +2,7 @@
 
 Layout:
     * ``metrics``: the Prometheus exporter (``relayrl_*`` series, ``file_sd`` targets);
+    * ``catalog``: every exported metric's name, type, labels and help (the docs table);
       ``nodes``: the ``node`` label of a Ray node.
     * ``progress``: progress lines or a bar; ``report``: snapshots and the final summary;
       ``clock``: the process's start, behind ``startup_s``; ``digest``: the summary's

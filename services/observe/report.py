@@ -38,6 +38,7 @@ def snapshot(run: ReportView) -> dict:
         "update_to_data": c.optim_steps / max(c.collected_frames, 1),
         "learner": dict(run.last_learner_metrics),
         "replay": run.replay.stats() if run.replay is not None and run.shards else [],
+        **run.elastic.report(),  # sizes: current and target (services.driver.elastic)
         **run.loop.state_dict(),
         **(run.evaluation.snapshot() if run.evaluation is not None else {}),
     }

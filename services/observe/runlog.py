@@ -15,18 +15,28 @@ import json
 from pathlib import Path
 
 
+def read_records(run_dir: Path) -> list[dict]:
+    """Every ``metrics.jsonl`` record: progress snapshots and events (``"event"`` key)."""
+    path = run_dir / "metrics.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
 def read_log(run_dir: Path) -> list[dict]:
-    """Reads ``metrics.jsonl`` records.
+    """Reads the progress snapshots of ``metrics.jsonl`` (event records left out).
 
     Raises:
         FileNotFoundError: If the run directory has no metrics log.
         ValueError: If the log holds no record.
     """
-    path = run_dir / "metrics.jsonl"
-    records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    records = [r for r in read_records(run_dir) if "event" not in r]
     if not records:
-        raise ValueError(f"{path}: no records yet")
+        raise ValueError(f"{run_dir / 'metrics.jsonl'}: no records yet")
     return records
+
+
+def read_events(run_dir: Path, event: str) -> list[dict]:
+    """The event records of one kind (e.g. ``"resize"``: live resizes, with their frames)."""
+    return [r for r in read_records(run_dir) if r.get("event") == event]
 
 
 def series(records: list[dict], key: str) -> list[float]:

@@ -118,6 +118,8 @@ def prepare_run(
         controller.register("progress", tensorboard)
         closers.append(tensorboard.close)
     controller.register("progress", lambda _, snapshot: run_log.write(snapshot))
+    # A live resize is a record of its own (services.plot marks it on the curves).
+    controller.register("resize", lambda _, event: run_log.write({"event": "resize", **event}))
     server = serve_run(config, controller)  # None unless grpc.port is set; OSError: port taken
     if server is not None:
         closers.append(server.stop)  # health NOT_SERVING, in-flight calls get grpc.grace_s

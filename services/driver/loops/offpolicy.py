@@ -81,7 +81,8 @@ class OffPolicyLoop:
         interval = self.config.controller.log_interval_s
         next_progress = time.perf_counter() + interval
         while True:
-            c.inbox.poll(c)  # external writes counted, gRPC checkpoint and stop requests served
+            c.inbox.poll(c)  # external writes counted, gRPC checkpoint/stop/scale requests served
+            c.elastic.step()  # collectors joining or leaving (services.driver.elastic)
             c.maybe_checkpoint()
             self._issue_rollouts()
             self._maybe_start_round()

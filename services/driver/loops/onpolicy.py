@@ -45,7 +45,7 @@ class OnPolicyLoop:
         """One rollout per collector; returns the transitions stored, None if one was lost."""
         c, cfg = self.controller, self.config.collector
         exploration = c.exploration()
-        for index in range(len(c.collectors)):
+        for index in c.elastic.collecting():
             ticket = c.collectors.rollout(index, cfg.rollout_frames, exploration, c.weights)
             c.inflight.add(ticket, index)
         before = c.counters.transitions
@@ -84,7 +84,8 @@ class OnPolicyLoop:
         c = self.controller
         ctrl = self.config.controller
         while True:
-            c.inbox.poll(c)  # gRPC checkpoint and stop requests, served between iterations
+            c.inbox.poll(c)  # gRPC checkpoint, stop and scale requests, between iterations
+            c.elastic.step()  # collectors joining or leaving (services.driver.elastic)
             if c.stop_requested or c.counters.collected_frames >= ctrl.total_frames:
                 break
             c.maybe_checkpoint()
