@@ -12,6 +12,8 @@ depend on the event:
     * ``checkpoint_failed``: the ``CheckpointWriteError`` of a checkpoint the disk refused;
     * ``train_end``: none (the loop is done, before the final checkpoint);
     * ``shutdown``: none (before the actors are stopped).
+    * ``resize``: the event dict of a live resize (``services.driver.elastic``: ``what``,
+      ``from``, ``to``, ``cause``, ``seconds``, ``frames``, ``generation``).
 
 Hooks run on the driver thread, in the order they were registered; nothing user-supplied runs
 inside the learners' inner loop.
@@ -41,6 +43,7 @@ EVENTS = (
     "checkpoint_failed",
     "train_end",
     "shutdown",
+    "resize",
 )
 
 
