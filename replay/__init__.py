@@ -33,6 +33,11 @@ Layout:
       once, draws a lost shard's part again from the others, and keeps batches ahead
       (``prefetch``: :class:`replay.prefetch.PrefetchQueue`, its pure bookkeeping).
     * ``priorities``: priority updates held per shard and sent one call at a time.
+    * ``items`` / ``reshard`` / ``elastic``: re-sharding. :class:`replay.items.ItemSet` (items
+      taken out of a table and put into another exactly: masses, FIFO pass, all columns),
+      ``replay.reshard`` (the deal of items over new shards, ``reshard_tables``,
+      ``reshard_checkpoint``) and ``replay.elastic`` (a checkpoint of another shard count loaded
+      by ``ReplayClient.load``; ``ReplayClient.remove_shards`` / ``add_shards``).
     * ``streams``: random streams derived from ``(seed, component, index, generation)`` and a
       request key, used by every layer in a deterministic run (``run.deterministic``).
 

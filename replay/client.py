@@ -15,10 +15,12 @@ from pathlib import Path
 import numpy as np
 import ray
 
+from replay.elastic import load_resharded, move_items
 from replay.fetch import SampleFetcher
 from replay.health import ShardUnavailableError, ShardView, shard_names
 from replay.priorities import PriorityRouter
 from replay.receipts import WriteReceipt
+from replay.reshard import checkpoint_shards
 from replay.samplers import importance_weights
 from replay.sharding import PendingSample
 from replay.storage import Batch
@@ -76,18 +78,26 @@ class ReplayClient:
         probe_interval_s: float = 0.5,
         unavailable_timeout_s: float = 120.0,
     ) -> None:
+        self.seed = seed
+        self.beta = beta
+        self.probe_interval_s = probe_interval_s
+        self.unavailable_timeout_s = unavailable_timeout_s
+        self._connect(shards, np.random.default_rng(seed))
+
+    def _connect(self, shards: Sequence[ray.actor.ActorHandle], rng: np.random.Generator) -> None:
         if not shards:
             raise ValueError("a replay client needs at least one shard")
         self.shards = list(shards)
-        self.beta = beta
-        self.view = ShardView(self.shards, probe_interval_s=probe_interval_s, on_down=self._forget)
+        self.view = ShardView(
+            self.shards, probe_interval_s=self.probe_interval_s, on_down=self._forget
+        )
         self.updates = PriorityRouter(self.shards, self.view)
         self.fetcher = SampleFetcher(
             self.shards,
             self.view,
             self.updates,
-            rng=np.random.default_rng(seed),
-            unavailable_timeout_s=unavailable_timeout_s,
+            rng=rng,
+            unavailable_timeout_s=self.unavailable_timeout_s,
         )
 
     # -- what callers read -------------------------------------------------------------------
@@ -298,15 +308,65 @@ class ReplayClient:
         the others load theirs (verify a checkpoint before loading it). Returns each shard's
         stats.
 
+        A checkpoint of another number of shards is re-sharded first (``replay.reshard``: every
+        item into exactly one shard, with its priority, counters' sums kept) into a hidden
+        sibling directory ``.reshard-<name>-<shards>`` (removed afterwards); each shard then
+        keeps its current capacity and gets a seed derived from the client's seed and its index.
+
         Raises:
             replay.npyio.CheckpointError: Naming a missing, truncated or corrupt file.
             ShardUnavailableError: Naming a shard that did not answer.
+            ValueError: Re-sharding a frame-deduplicated replay (``replay.frame_stack > 0``).
         """
+        directory = Path(directory)
         self.fetcher.queue.clear()
         self.updates.held.clear()
         self.flush_updates(wait=True)
         self.fetcher.fifo_inflight[:] = 0
-        paths = [str(Path(directory) / f"replay-{i}") for i in range(len(self.shards))]
-        stats = self.view.each("load", paths)
+        num_old, num_new = checkpoint_shards(directory), len(self.shards)
+        if num_old in (0, num_new):
+            paths = [str(directory / f"replay-{i}") for i in range(num_new)]
+            stats = self.view.each("load", paths)
+        else:
+            stats = load_resharded(self.view, directory, num_old, seed=self.seed)
         self.refresh()
         return stats
+
+    # -- elastic shards ----------------------------------------------------------------------
+    def set_shards(self, shards: Sequence[ray.actor.ActorHandle]) -> None:
+        """Switches this client to a new list of shards (added or removed ones).
+
+        Held priority updates are sent and applied first; prefetched batches are dropped (their
+        FIFO items are lost); the split generator keeps its state. Batches sampled before the
+        switch name shards by their old positions: do not send their priority updates after it.
+        """
+        self.flush_updates(wait=True)
+        rng, stream, requests = self.fetcher.rng, self.fetcher.stream, self.fetcher.stream_requests
+        self.fetcher.queue.clear()
+        self._connect(shards, rng)
+        self.fetcher.stream, self.fetcher.stream_requests = stream, requests
+        self.refresh()
+
+    def add_shards(self, shards: Sequence[ray.actor.ActorHandle]) -> None:
+        """Appends new (empty) shards: they take writes at once (see :meth:`set_shards`)."""
+        self.set_shards(self.shards + list(shards))
+
+    def remove_shards(self, indices: Sequence[int]) -> int:
+        """Drains the named shards into the others, then stops using them; returns items moved.
+
+        Their items are dealt over the remaining shards' free capacity (``replay.reshard.
+        partition``; the oldest that find no room are dropped and logged), then the client
+        switches to the remaining shards (:meth:`set_shards`); the caller kills the removed
+        actors. Writers must have stopped writing to the removed shards first.
+
+        Raises:
+            ValueError: If an index is out of range or no shard would remain.
+        """
+        gone = sorted(set(int(i) for i in indices))
+        keep = [i for i in range(len(self.shards)) if i not in gone]
+        if not keep or any(not 0 <= i < len(self.shards) for i in gone):
+            raise ValueError(f"remove_shards: {gone} of {len(self.shards)} shards")
+        self.flush_updates(wait=True)
+        moved = move_items(self.view, gone, keep)
+        self.set_shards([self.shards[i] for i in keep])
+        return moved

@@ -17,6 +17,7 @@ from replay.checkpoint import dump_table, load_table
 from replay.config import ReplayConfig
 from replay.digest import table_digest
 from replay.receipts import WriteReceipt
+from replay.reshard import ItemSet, put_items, take_items
 from replay.shm import BlockViews, Layout, view_batch
 from replay.staging import Staging
 from replay.storage import Batch
@@ -237,6 +238,21 @@ class ReplayShard:
         if old_dir is not None:
             shutil.rmtree(old_dir, ignore_errors=True)  # the old mapping stays valid until freed
         return self.table.stats()
+
+    def drain(self) -> ItemSet:
+        """Hands out every stored item (``replay.reshard``) and empties the table.
+
+        Counters, write count and dedup state are kept. Writers must have stopped writing here.
+        """
+        with self.lock:
+            items = take_items(self.table)
+            self.table.clear()
+            return items
+
+    def absorb(self, items: ItemSet) -> int:
+        """Stores drained items as new writes (``replay.reshard.put_items``); returns how many."""
+        with self.lock:
+            return int((put_items(self.table, items) >= 0).sum())
 
     # -- direct gRPC writes (``replay.intake``) ----------------------------------------
     def start_intake(self, options: dict) -> str:
