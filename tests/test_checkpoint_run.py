@@ -204,11 +204,11 @@ def test_bad_checkpoints_are_refused_and_older_ones_stay_loadable(tmp_path):
         "--resume",
         str(previous),
         "--set",
-        "learner.world_size=2",
+        "collector.env_id=Acrobot-v1",
         "--set",
         f"run.dir={tmp_path / 'r2'}",
     )
-    assert conflict.returncode == 2 and "learner.world_size" in conflict.stderr
+    assert conflict.returncode == 2 and "collector.env_id" in conflict.stderr
 
     resumed = run_cli(
         "--resume",

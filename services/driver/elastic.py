@@ -60,20 +60,25 @@ class Sizes:
 
 
 def sized_config(config: RunConfig, sizes: Sizes) -> RunConfig:
-    """``config`` with ``sizes`` (validated again).
+    """``config`` with ``sizes`` (validated again, as the loader validates a file).
 
     Raises:
         ConfigError: Naming the field the sizes make invalid (e.g. ``learner.global_batch_size``
             not divisible by the new world size).
     """
+
+    def section(name: str, value, **changes):
+        try:
+            return dataclasses.replace(value, **changes)
+        except ValueError as err:
+            raise ConfigError(f"{name}.{err}") from None
+
+    collector = section("collector", config.collector, num_collectors=sizes.collectors)
+    replay = section("replay", config.replay, num_shards=sizes.shards)
+    learner = section("learner", config.learner, world_size=sizes.world_size)
     try:
-        return dataclasses.replace(
-            config,
-            collector=dataclasses.replace(config.collector, num_collectors=sizes.collectors),
-            replay=dataclasses.replace(config.replay, num_shards=sizes.shards),
-            learner=dataclasses.replace(config.learner, world_size=sizes.world_size),
-        )
-    except (ValueError, TypeError) as err:
+        return dataclasses.replace(config, collector=collector, replay=replay, learner=learner)
+    except ValueError as err:
         raise ConfigError(str(err)) from None
 
 

@@ -1,0 +1,187 @@
+"""A checkpoint resumes at any size: collectors, envs, replay shards and learner ranks (real Ray).
+
+One small prioritized DQN run writes a checkpoint at 2 collectors x 2 envs, 2 shards, 1 rank;
+each case resumes it at other sizes, alone and together, and checks exactly what was saved:
+every replay item (all columns) with its priority mass, the driver's counters, versions, and
+every new rank's parameters. Two cases train on and check that frames stay exact (every stored
+transition counted once). PPO resumes at another size as an on-policy run.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from replay.checkpoint import load_table
+from replay.items import take_items
+from services.checkpoints.store import read_json
+from services.config import load_config
+from services.driver.controller import Controller
+
+BASE = [
+    "collector.num_collectors=2",
+    "collector.envs_per_collector=2",
+    "collector.rollout_frames=64",
+    "replay.num_shards=2",
+    "replay.capacity=40000",
+    "replay.sampler=prioritized",
+    "learner.update_priorities=true",
+    "controller.init_random_frames=300",
+    "controller.utd_ratio=0.25",
+    "learner.global_batch_size=32",
+    "metrics.enabled=false",
+]
+
+
+def rows(itemsets) -> list[bytes]:
+    """Every item of ``itemsets`` as bytes: all its columns and its priority mass."""
+    out = []
+    for items in itemsets:
+        n = len(items)
+        if n == 0:
+            continue
+        parts = [
+            np.ascontiguousarray(items.columns[key]).reshape(n, -1).view(np.uint8)
+            for key in sorted(items.columns)
+        ]
+        if items.mass is not None:
+            parts.append(
+                np.ascontiguousarray(items.mass, dtype=np.float64).reshape(n, 1).view(np.uint8)
+            )
+        out += [row.tobytes() for row in np.concatenate(parts, axis=1)]
+    return sorted(out)
+
+
+def stored_rows(directory, num_shards: int) -> list[bytes]:
+    return rows(take_items(load_table(directory / f"replay-{i}")) for i in range(num_shards))
+
+
+@pytest.fixture(scope="module")
+def dqn_checkpoint(ray_cluster, tmp_path_factory):
+    """A 2x2 / 2 shards / 1 rank DQN checkpoint, its counters, items and parameters."""
+    root = tmp_path_factory.mktemp("elastic") / "ckpts"
+    config = load_config(
+        overrides=[
+            "run.name=el-base",
+            *BASE,
+            "controller.total_frames=2000",
+            f"checkpoint.dir={root}",
+        ]
+    )
+    first = Controller(config)
+    try:
+        first.setup()
+        first.train()
+        params = first.learners.parameters()
+    finally:
+        first.shutdown()
+    path = first.last_checkpoint
+    driver = read_json(path / "driver.json")["counters"]
+    return {"path": path, "counters": driver, "params": params, "rows": stored_rows(path, 2)}
+
+
+# (collectors, envs, shards, world size), and whether to train on after the checks
+SIZES = {
+    "more-collectors": (3, 2, 2, 1, False),
+    "fewer-shards": (2, 2, 1, 1, False),
+    "more-ranks": (2, 2, 2, 2, False),
+    "all-up": (3, 2, 3, 2, True),
+    "all-down-other-envs": (1, 3, 1, 1, True),
+}
+
+
+@pytest.mark.parametrize("case", list(SIZES))
+def test_dqn_checkpoint_resumes_at_other_sizes(dqn_checkpoint, tmp_path, case):
+    collectors, envs, shards, world, train_on = SIZES[case]
+    saved = dqn_checkpoint["counters"]
+    config = load_config(
+        overrides=[
+            f"run.name=el-{case}",
+            *BASE,
+            f"collector.num_collectors={collectors}",
+            f"collector.envs_per_collector={envs}",
+            f"replay.num_shards={shards}",
+            f"learner.world_size={world}",
+            f"controller.total_frames={saved['collected_frames'] + 600}",
+            f"checkpoint.dir={tmp_path / 'ckpts'}",
+        ]
+    )
+    resumed = Controller(config, resume_from=dqn_checkpoint["path"])
+    try:
+        resumed.setup()
+        c = resumed.counters
+        assert c.collected_frames == saved["collected_frames"]
+        assert c.transitions == saved["transitions"]
+        assert c.optim_steps == c.model_version == saved["optim_steps"]
+        assert c.generation == 1 and resumed.weights.key == (1, saved["optim_steps"])
+        assert len(resumed.shards) == shards and len(resumed.collectors) == collectors
+        for rank in range(world):  # every new rank holds the saved parameters, bit for bit
+            restored = resumed.learners.parameters(rank)
+            for name, value in dqn_checkpoint["params"].items():
+                assert torch.equal(restored[name], value), (rank, name)
+        redump = tmp_path / "redump"  # every item, with its priority, in exactly one new shard
+        redump.mkdir()
+        resumed.replay.dump(redump)
+        assert stored_rows(redump, shards) == dqn_checkpoint["rows"]
+        if train_on:
+            resumed.train()
+            c = resumed.counters
+            assert c.collected_frames >= saved["collected_frames"] + 600
+            assert c.model_version > saved["optim_steps"]
+            writes = sum(s["write_count"] for s in resumed.replay.stats())
+            assert writes == c.transitions  # each stored transition counted once
+    finally:
+        resumed.shutdown()
+
+
+def test_ppo_resumes_at_another_size(ray_cluster, tmp_path):
+    """On-policy: 2 collectors, 1 rank -> 3 collectors, 2 ranks; the iteration count goes on."""
+    common = [
+        "algorithm=ppo",
+        "collector.envs_per_collector=2",
+        "collector.rollout_frames=64",
+        "learner.onpolicy.num_minibatches=2",
+        "learner.global_batch_size=64",
+        "metrics.enabled=false",
+    ]
+    first = Controller(
+        load_config(
+            overrides=[
+                "run.name=el-ppo-a",
+                *common,
+                "collector.num_collectors=2",
+                "controller.total_frames=512",
+                f"checkpoint.dir={tmp_path / 'a'}",
+            ]
+        )
+    )
+    try:
+        first.setup()
+        first.train()
+        params, iterations = first.learners.parameters(), first.loop.iteration
+    finally:
+        first.shutdown()
+    config = load_config(
+        overrides=[
+            "run.name=el-ppo-b",
+            *common,
+            "collector.num_collectors=3",
+            "learner.world_size=2",
+            "controller.total_frames=1024",
+            f"checkpoint.dir={tmp_path / 'b'}",
+        ]
+    )
+    second = Controller(config, resume_from=first.last_checkpoint)
+    try:
+        second.setup()
+        assert second.loop.iteration == iterations > 0
+        assert second.counters.collected_frames == first.counters.collected_frames
+        for rank in range(2):
+            restored = second.learners.parameters(rank)
+            assert all(torch.equal(restored[k], v) for k, v in params.items())
+        second.train()
+        assert second.loop.iteration > iterations
+        assert second.counters.collected_frames >= 1024
+    finally:
+        second.shutdown()
