@@ -45,7 +45,9 @@ Layout:
       publishes weights (``ray.put`` once per publication).
     * ``group``: :class:`LearnerGroup`: one placement group of ``world_size`` bundles, a
       generation per construction, sequential rounds verified by :func:`verify_receipts`,
-      ``state_dicts``/``load_state_dicts``.
+      ``state_dicts``/``load_state_dicts`` (any saved world size), ``set_shards``.
+    * ``resize``: :func:`states_for_world_size`: a state set restorable into another world size
+      (rank 0's replica for every rank, RNG streams derived per new rank and generation).
     * ``receipts``: :class:`StepReceipt`, :class:`PublishedWeights` and the protocol errors.
     * ``bench``: ``python -m learner.bench``; ``gpu_check``: ``python -m learner.gpu_check``
       (GPU paths, run on a GPU machine).
@@ -67,7 +69,7 @@ Driver usage (generations and checkpoints)::
     states = [torch.load(p, weights_only=True) for p in paths]
     group.shutdown()
     group = LearnerGroup(run, config, spec, shards, seed, generation=g + 1)
-    version = group.load_state_dicts(states)        # ValueError on another world size
+    version = group.load_state_dicts(states)        # any world size (learner.resize)
     published = group.publish()                     # newer key (g + 1, version): force it out
 
 Prioritized replay: with ``update_priorities``, each rank hands ``(shard, index, |td_error|)``
@@ -113,6 +115,7 @@ _EXPORTS = {
     "tensor_schema": "learner.weights",
     "total_loss": "learner.stepper",
     "verify_receipts": "learner.receipts",
+    "states_for_world_size": "learner.resize",
 }
 
 __all__ = sorted(_EXPORTS)

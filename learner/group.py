@@ -24,6 +24,7 @@ from learner.receipts import (
     verify_receipts,
 )
 from learner.rendezvous import join_ranks
+from learner.resize import states_for_world_size
 from learner.weights import Schema, check_schema, spec_schema
 
 if TYPE_CHECKING:
@@ -65,7 +66,7 @@ class LearnerGroup:
         config: Learner configuration.
         model_spec: Policy network architecture (``build() -> nn.Module``), shared with collectors.
         shards: Replay shard handles.
-        seed: Run seed.
+        seed: Run seed (a resized restore derives the ranks' RNG streams from it).
 
     Keyword Args:
         generation: This generation's number.
@@ -107,6 +108,7 @@ class LearnerGroup:
         if stepper_factory is None:
             check_stepper(config.resolved_stepper)
         self.config = config
+        self.seed = seed
         self.generation = generation
         self.version = 0
         self.round_id = 0
@@ -322,20 +324,22 @@ class LearnerGroup:
         )
 
     def load_state_dicts(self, states: Sequence[dict]) -> int:
-        """Restores :meth:`state_dicts` (same world size) and returns the restored version.
+        """Restores :meth:`state_dicts` of any world size; returns the restored version.
+
+        States of this group's world size are restored rank by rank (each rank continues its
+        own RNG streams). States of another world size go through
+        :func:`learner.resize.states_for_world_size`: rank 0's model, targets, stepper and
+        version serve every rank, with RNG streams derived from this group's seed, generation
+        and each rank.
 
         Raises:
-            ValueError: If the states come from another world size (resharding is not
-                implemented) or disagree on the version.
+            ValueError: If the states are not one group's ranks in order, or disagree on the
+                version (nothing is loaded).
         """
         self._ensure_idle()
-        saved = {s.get("meta", {}).get("world_size") for s in states}
-        if len(states) != self.config.world_size or saved != {self.config.world_size}:
-            raise ValueError(
-                f"learner state of {len(states)} rank(s) (world_size {sorted(saved, key=str)}) "
-                f"cannot be restored into world_size {self.config.world_size}: resharding "
-                "learner state is not implemented; restore with the saved world_size"
-            )
+        states = states_for_world_size(
+            states, self.config.world_size, seed=self.seed, generation=self.generation
+        )
         versions = ray.get(
             [r.load_state_dict.remote(s) for r, s in zip(self.ranks, states, strict=True)],
             timeout=self.config.command_timeout_s,
@@ -344,6 +348,27 @@ class LearnerGroup:
             raise ValueError(f"learner states disagree on the model version: {versions}")
         self.version = versions[0]
         return self.version
+
+    def set_shards(self, shards: Sequence[ray.actor.ActorHandle | str]) -> None:
+        """Switches every rank's replay client to ``shards`` (between rounds).
+
+        Each rank drains its sampler, flushes its priority updates to the old shards, drops
+        prefetched batches and calls ``ReplayClient.set_shards``.
+
+        Args:
+            shards: The new shard handles (or actor names), in shard order.
+
+        Raises:
+            ProtocolError: If a round is in flight or the generation has failed.
+            ValueError: If ``shards`` is empty.
+        """
+        self._ensure_idle()
+        if not shards:
+            raise ValueError("shards: a learner group needs at least one replay shard")
+        ray.get(
+            [r.set_shards.remote(list(shards)) for r in self.ranks],
+            timeout=self.config.command_timeout_s,
+        )
 
     def flush_replay(self) -> None:
         """Waits until every rank's priority updates are applied (before a replay dump)."""

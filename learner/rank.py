@@ -363,7 +363,7 @@ class LearnerRank:
         """Restores :meth:`state_dict` of the same rank; returns the restored version.
 
         Raises:
-            ValueError: If the state belongs to another rank or world size.
+            ValueError: If the state belongs to another rank or world size (``learner.resize``).
         """
         meta = state.get("meta", {})
         if meta.get("world_size") != self.config.world_size or meta.get("rank") != self.rank:
@@ -377,6 +377,19 @@ class LearnerRank:
         if "replay" in state["rng"]:
             self.replay.rng.bit_generator.state = state["rng"]["replay"]
         return self.core.version
+
+    def set_shards(self, shards: Sequence[ray.actor.ActorHandle | str]) -> int:
+        """Switches the replay client to ``shards`` (handles or actor names) between rounds.
+
+        Drains and resets the sampler, flushes held priority updates to the old shards and
+        drops prefetched batches first. Returns the number of shards.
+        """
+        handles = [ray.get_actor(s) if isinstance(s, str) else s for s in shards]
+        self.sampler.reset()
+        self.flush_replay()
+        self.replay.cancel_prefetch()
+        self.replay.set_shards(handles)
+        return len(handles)
 
     def shutdown(self) -> None:
         """Stops background sampling and leaves the process group."""
