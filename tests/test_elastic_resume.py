@@ -87,7 +87,7 @@ SIZES = {
     "fewer-shards": (2, 2, 1, 1, False),
     "more-ranks": (2, 2, 2, 2, False),
     "all-up": (3, 2, 3, 2, True),
-    "all-down-other-envs": (1, 3, 1, 1, True),
+    "all-down-other-envs": (1, 4, 1, 1, True),
 }
 
 
@@ -183,5 +183,69 @@ def test_ppo_resumes_at_another_size(ray_cluster, tmp_path):
         second.train()
         assert second.loop.iteration > iterations
         assert second.counters.collected_frames >= 1024
+    finally:
+        second.shutdown()
+
+
+def test_sac_resumes_at_other_sizes(ray_cluster, tmp_path):
+    """SAC (actor, twin critics, targets, temperature): 2/2/1 -> 3 collectors, 1 shard, 2 ranks."""
+    common = [
+        "learner.hidden_sizes=[32, 32]",
+        "learner.global_batch_size=32",
+        "collector.envs_per_collector=2",
+        "collector.rollout_frames=64",
+        "controller.init_random_frames=256",
+        "controller.utd_ratio=0.25",
+        "controller.stop_return=null",
+        "metrics.enabled=false",
+    ]
+    path = "deploy/configs/pendulum_sac.yaml"
+    first = Controller(
+        load_config(
+            path,
+            [
+                "run.name=el-sac-a",
+                *common,
+                "collector.num_collectors=2",
+                "replay.num_shards=2",
+                "controller.total_frames=512",
+                f"checkpoint.dir={tmp_path / 'a'}",
+            ],
+        )
+    )
+    try:
+        first.setup()
+        first.train()
+        saved = read_json(first.last_checkpoint / "driver.json")["counters"]
+        state = first.learners.state_dicts()[0]["loss"]
+    finally:
+        first.shutdown()
+    config = load_config(
+        path,
+        [
+            "run.name=el-sac-b",
+            *common,
+            "collector.num_collectors=3",
+            "replay.num_shards=1",
+            "learner.world_size=2",
+            "controller.total_frames=768",
+            f"checkpoint.dir={tmp_path / 'b'}",
+        ],
+    )
+    second = Controller(config, resume_from=first.last_checkpoint)
+    try:
+        second.setup()
+        c = second.counters
+        assert (c.collected_frames, c.optim_steps) == (
+            saved["collected_frames"],
+            saved["optim_steps"],
+        )
+        assert sum(s["size"] for s in second.replay.stats()) == saved["transitions"]
+        for rank_state in second.learners.state_dicts():  # every network, temperature included
+            for name, value in state.items():
+                assert torch.equal(rank_state["loss"][name], value), name
+        second.train()
+        assert second.counters.collected_frames >= 768
+        assert second.counters.model_version > saved["optim_steps"]
     finally:
         second.shutdown()

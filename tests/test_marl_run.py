@@ -84,7 +84,7 @@ SMALL = [
 ]
 
 
-def test_qmix_checkpointed_and_resumed_continues_with_identical_counters(ray_cluster, tmp_path):
+def test_qmix_resumed_at_other_sizes_continues_with_identical_counters(ray_cluster, tmp_path):
     root = tmp_path / "ckpts"
     config = load_config(
         CONFIGS / "spread_qmix.yaml",
@@ -103,7 +103,16 @@ def test_qmix_checkpointed_and_resumed_continues_with_identical_counters(ray_clu
 
     resumed = load_config(
         CONFIGS / "spread_qmix.yaml",
-        [*SMALL, "run.name=marl-b", "controller.total_frames=5000", f"checkpoint.dir={tmp_path}/b"],
+        [
+            *SMALL,
+            "run.name=marl-b",
+            "controller.total_frames=5000",
+            f"checkpoint.dir={tmp_path}/b",
+            # at other sizes (#28): 3 collectors, 1 shard, 2 learner ranks
+            "collector.num_collectors=3",
+            "replay.num_shards=1",
+            "learner.world_size=2",
+        ],
     )
     second = Controller(resumed, resume_from=root)
     try:
@@ -112,10 +121,11 @@ def test_qmix_checkpointed_and_resumed_continues_with_identical_counters(ray_clu
         for key in ("collected_frames", "transitions", "optim_steps", "model_version", "episodes"):
             assert getattr(c, key) == counters[key], key
         assert c.generation == counters["generation"] + 1
-        restored = second.learners.parameters()
-        assert set(restored) == set(params)
-        for name, value in params.items():
-            torch.testing.assert_close(restored[name], value, rtol=0, atol=0)
+        for rank in range(2):  # both new ranks hold the saved replica
+            restored = second.learners.parameters(rank)
+            assert set(restored) == set(params)
+            for name, value in params.items():
+                torch.testing.assert_close(restored[name], value, rtol=0, atol=0)
         # Restored replay keeps the agent dimension (and prioritized replay's weights).
         batch = second.replay.sample(16)
         assert batch["observation"].shape == batch["next_observation"].shape == (16, 3, 18 + 5)

@@ -25,4 +25,7 @@ Subcommands (each prints progress to stderr and one JSON object as its last line
     * ``determinism``: deterministic runs of DQN and PPO compared by digest, with the default
       mode's and a stopped-and-resumed run's, and the mode's cost in frames/s
       (:mod:`services.bench.determinism`).
+    * ``elastic``: one DQN run resized live over ``Control/Scale`` (1/1/1 -> 3/2/2 -> 1/1/1),
+      stopped and resumed at 2/3/1: exact frames, items kept, resize seconds, frames/s per
+      size, the return across resizes (:mod:`services.bench.elastic`).
 """

@@ -16,6 +16,7 @@ SUBCOMMANDS = (
     "hostile",
     "scale",
     "determinism",
+    "elastic",
 )
 
 
