@@ -112,7 +112,8 @@ def states_for_world_size(
     RNG streams bit-exactly). Otherwise every new rank gets rank 0's model, target networks,
     stepper (optimizers, LR scheduler, grad scaler, counters) and version, with ``meta`` rank
     and world size rewritten (``meta["resized_from"]`` records the source world size and
-    generation) and ``rng`` replaced by streams of its own (:func:`rank_stream_seed`). Tensors
+    generation) and ``rng`` replaced by streams of its own (:func:`rank_stream_seed`: torch,
+    CUDA even when the source ranks had none, and the replay split generator). Tensors
     are shared with ``states``, not copied; ``states`` is not modified.
 
     Args:
@@ -143,9 +144,11 @@ def states_for_world_size(
     resized_from = {"world_size": len(states), "generation": meta.get("generation")}
     out = []
     for rank in range(world_size):
-        rng = {"torch": torch_rng_state(rank_stream_seed(seed, generation, rank, "torch"))}
-        if "cuda" in source["rng"]:
-            rng["cuda"] = cuda_rng_state(rank_stream_seed(seed, generation, rank, "cuda"))
+        rng = {
+            "torch": torch_rng_state(rank_stream_seed(seed, generation, rank, "torch")),
+            # Always: a CPU-saved state may restore onto GPU ranks (CPU ranks ignore it).
+            "cuda": cuda_rng_state(rank_stream_seed(seed, generation, rank, "cuda")),
+        }
         if "replay" in source["rng"]:
             replay_seed = rank_stream_seed(seed, generation, rank, "replay")
             rng["replay"] = numpy_rng_state(replay_seed, source["rng"]["replay"])

@@ -107,6 +107,7 @@ def test_conversion_keeps_the_replica_and_gives_each_rank_and_generation_its_own
 
 def test_converted_states_load_into_a_core_and_torch_save_round_trips():
     converted = states_for_world_size(trained_states(2), 1, seed=0, generation=3)
+    assert converted[0]["rng"]["cuda"].shape == (16,)  # for GPU ranks, from CPU-saved states
     buffer = io.BytesIO()
     torch.save(converted, buffer)  # weights_only-safe: tensors and plain values
     buffer.seek(0)
