@@ -44,7 +44,12 @@ class CollectorConfig:
             observations concatenated), ``auto`` (``state()`` if the env has one, else the
             observations) or ``none`` (nothing; QMIX needs a state).
         num_collectors: Collector actors (0: experience comes only from external actors over
-            gRPC, which needs ``grpc.port``).
+            gRPC, which needs ``grpc.port``), or ``auto``: as many as the cluster's CPUs offer
+            the run (its CPUs less its replay shards' and learner ranks', per
+            ``num_cpus``), between ``min_collectors`` and ``max_collectors``, followed live
+            as nodes join or leave (``services.driver.autoscale``).
+        min_collectors: Fewest collectors of an ``auto`` fleet.
+        max_collectors: Most collectors of an ``auto`` fleet (0: no limit but the CPUs).
         envs_per_collector: Sub-environments per collector (one vector env).
         vector_mode: ``sync`` (in-process) or ``async`` (subprocess per env).
         rollout_frames: Frames asked of one rollout call; a multiple of ``envs_per_collector``.
@@ -91,7 +96,9 @@ class CollectorConfig:
     env_id: str = "CartPole-v1"
     env_kwargs: dict[str, Any] = dataclasses.field(default_factory=dict)
     global_state: str = "auto"
-    num_collectors: int = 2
+    num_collectors: int | str = 2
+    min_collectors: int = 1
+    max_collectors: int = 0
     envs_per_collector: int = 8
     vector_mode: str = "sync"
     # Rollouts
@@ -133,10 +140,18 @@ class CollectorConfig:
                 self.global_state,
             ),
             (
-                self.num_collectors >= 0,
+                self.num_collectors == "auto"
+                or (isinstance(self.num_collectors, int) and self.num_collectors >= 0),
                 "num_collectors",
-                "must be >= 0 (0: external actors over gRPC only)",
+                "must be an integer >= 0 (0: external actors over gRPC only) or auto",
                 self.num_collectors,
+            ),
+            (self.min_collectors >= 1, "min_collectors", "must be >= 1", self.min_collectors),
+            (
+                self.max_collectors == 0 or self.max_collectors >= self.min_collectors,
+                "max_collectors",
+                f"must be 0 (no limit) or >= min_collectors={self.min_collectors}",
+                self.max_collectors,
             ),
             (
                 self.envs_per_collector >= 1,
@@ -222,9 +237,19 @@ class CollectorConfig:
                 raise ValueError(f"{field}: {rule}, got {value!r}")
 
     @property
+    def auto(self) -> bool:
+        """Whether the fleet follows the cluster (``num_collectors: auto``)."""
+        return self.num_collectors == "auto"
+
+    @property
+    def fleet_size(self) -> int:
+        """The number of collectors (``min_collectors`` for an ``auto`` fleet not sized yet)."""
+        return self.min_collectors if self.auto else int(self.num_collectors)
+
+    @property
     def aggregate(self) -> bool:
         """Whether rollouts travel through per-node hubs (``aggregate_min_collectors``)."""
-        return 0 < self.aggregate_min_collectors <= self.num_collectors
+        return not self.auto and 0 < self.aggregate_min_collectors <= self.fleet_size
 
     def apex_epsilons(self) -> tuple[float, ...]:
         """Ape-X's per-collector epsilons ``eps ** (1 + alpha * i / (N - 1))``.
@@ -234,7 +259,7 @@ class CollectorConfig:
             >>> [round(e, 5) for e in eps]
             [0.4, 0.01619, 0.00066]
         """
-        count = max(self.num_collectors, 1)
+        count = max(self.fleet_size, 1)
         spread = [i / (count - 1) if count > 1 else 0.0 for i in range(count)]
         return tuple(self.apex_epsilon ** (1 + self.apex_alpha * s) for s in spread)
 

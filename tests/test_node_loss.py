@@ -34,12 +34,12 @@ def free_port() -> int:
 class TwoNodes:
     """A head and a worker node on loopback, in their own temp dir; fast node-death detection."""
 
-    def __init__(self):
+    def __init__(self, worker: bool = True, cpus: int = 4):
         self.temp_dir = tempfile.mkdtemp(dir="/tmp", prefix="rn")  # short socket paths
         self.port = free_port()
         self.env = {**cli_env(), "RAY_TMPDIR": self.temp_dir, "RAY_AUTH_MODE": "token"}
         self.env.pop("RAY_ADDRESS", None)
-        common = ["--node-ip-address=127.0.0.1", "--disable-usage-stats", "--num-cpus=4"]
+        common = ["--node-ip-address=127.0.0.1", "--disable-usage-stats", f"--num-cpus={cpus}"]
         head_env = {
             **self.env,
             "RAY_health_check_period_ms": "500",
@@ -47,7 +47,10 @@ class TwoNodes:
         }
         self.ray("start", "--head", f"--port={self.port}", "--include-dashboard=false",
                  '--resources={"head": 100}', *common, env=head_env)  # fmt: skip
-        self.ray("start", f"--address=127.0.0.1:{self.port}", '--resources={"worker": 1}', *common)
+        if worker:
+            self.ray(
+                "start", f"--address=127.0.0.1:{self.port}", '--resources={"worker": 1}', *common
+            )
 
     def ray(self, *args, env=None):
         subprocess.run(

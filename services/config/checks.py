@@ -90,7 +90,7 @@ def check(config) -> None:
         )
     if algo.transform == "episodes":
         return  # the batch is whatever complete episodes make
-    batch = collector.num_collectors * collector.rollout_frames
+    batch = collector.fleet_size * collector.rollout_frames
     if batch % options.num_minibatches:
         raise AlgorithmConfigError(
             f"learner.onpolicy.num_minibatches: must divide the batch of {batch} transitions "
@@ -102,7 +102,7 @@ def check(config) -> None:
             f"learner.world_size: each minibatch of {minibatch} is split across the ranks; "
             f"must divide it, got {learner.world_size}"
         )
-    per_shard = -(-collector.num_collectors // config.replay.num_shards) * collector.rollout_frames
+    per_shard = -(-collector.fleet_size // config.replay.num_shards) * collector.rollout_frames
     if per_shard > config.replay.shard_capacity:
         raise AlgorithmConfigError(
             f"replay.capacity: each shard must hold one iteration's {per_shard} transitions, "

@@ -33,7 +33,7 @@ def start_collectors(
     cfg = config.collector
     return CollectorGroup(
         run_id,
-        cfg.num_collectors,
+        cfg.fleet_size,
         cfg.env_id,
         cfg.envs_per_collector,
         model_spec,

@@ -44,6 +44,7 @@ from services.config.recipes import algorithm_for
 from services.config.spec import model_spec_for
 from services.driver.accounting import Accounting, ReturnGoals
 from services.driver.actors import start_collectors, start_learners
+from services.driver.autoscale import size_fleet
 from services.driver.cadence import CheckpointCadence, ProgressCadence
 from services.driver.elastic import Elastic
 from services.driver.hooks import Hook, Hooks
@@ -115,7 +116,7 @@ class Controller:
         self.learners: LearnerGroup | None = None
         self.weights: PublishedWeights | None = None
         cfg = config.collector
-        self.inflight = InFlight(cfg.num_collectors, cfg.max_inflight)  # rollouts by ticket
+        self.inflight = InFlight(cfg.fleet_size, cfg.max_inflight)  # rollouts by ticket
         self.pending_round: PendingRound | None = None
         self.stop_requested = False
         self.early_stopping = EarlyStopping.from_config(config.controller)
@@ -158,6 +159,8 @@ class Controller:
             checkpoint, _ = latest_valid(self.resume_from)
             saved = read_json(checkpoint / "driver.json")["counters"]["generation"]
             self.counters.generation = saved + 1
+        if cfg.collector.auto:  # as many collectors as the cluster offers, followed live
+            cfg = size_fleet(self)
         self.placement = placement = reserve_services(cfg, name)
         self.shards = remote_shards(
             name, cfg.replay, seed=cfg.seed, scheduling=placement.shards, deterministic=det

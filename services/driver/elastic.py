@@ -103,6 +103,7 @@ class Elastic:
         self.dropped = 0  # collectors lost with their node and not re-created
         self._collectors_since: tuple[float, int, str] | None = None  # (start, from, cause)
         self._waiters: list[Future] = []
+        self.follow = None  # services.driver.autoscale.FollowCluster (num_collectors: auto)
 
     # -- state -------------------------------------------------------------------------------
     def attach(self) -> None:
@@ -225,12 +226,15 @@ class Elastic:
         self.leave(index)
         self.dropped += 1
         self.fleet.retire(index)
+        self.target = dataclasses.replace(self.target, collectors=self.target.collectors - 1)
 
     def step(self) -> None:
         """At a loop boundary: admits joined collectors, retires drained leaving ones."""
         if self.fleet is None:
             return
         c = self.controller
+        if self.follow is not None:
+            self.follow.step()
         for index in self.fleet.admit(0):
             c.inflight.grow(index)
         for index in list(self.leaving):
@@ -240,7 +244,7 @@ class Elastic:
         if self._collectors_since is not None and not self.fleet.joining and not self.leaving:
             started, before, cause = self._collectors_since
             self._collectors_since = None
-            self._event("collectors", before, len(self.collecting()), cause, started)
+            self.record("collectors", before, len(self.collecting()), cause, started)
         self._resolve()
 
     # -- shards ------------------------------------------------------------------------------
@@ -269,7 +273,7 @@ class Elastic:
                 c.inbox.shards = list(c.shards)
         finally:
             c.collectors.resume()
-        self._event("shards", before, count, cause, started)
+        self.record("shards", before, count, cause, started)
 
     def _start_shard(self, index: int, config: RunConfig):
         c, cfg = self.controller, config.replay
@@ -303,10 +307,11 @@ class Elastic:
         c.learners.load_state_dicts(states)
         c.accept_weights(c.learners.publish(), force=True)
         c.collectors.sync_weights(c.weights)
-        self._event("world_size", before, config.learner.world_size, cause, started)
+        self.record("world_size", before, config.learner.world_size, cause, started)
 
     # -- events ------------------------------------------------------------------------------
-    def _event(self, what: str, before: int, after: int, cause: str, started: float) -> None:
+    def record(self, what: str, before: int, after: int, cause: str, started: float) -> None:
+        """Logs, keeps and emits (``resize`` hook) one resize done since ``started``."""
         c = self.controller
         event = {
             "what": what,

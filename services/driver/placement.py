@@ -49,7 +49,7 @@ def _fmt(resources: dict[str, float]) -> str:
 def run_demand(config) -> dict[str, float]:
     """Total resources a run's actors ask for (collectors, replay shards, learner ranks)."""
     demand: dict[str, float] = {
-        "CPU": config.collector.num_collectors * config.collector.num_cpus
+        "CPU": config.collector.fleet_size * config.collector.num_cpus
         + config.replay.num_shards * config.replay.num_cpus
     }
     for key, value in config.learner.resources_per_rank.items():
@@ -61,7 +61,7 @@ def demand_text(config) -> str:
     """What a run asks for, per role and in total, for error messages and logs."""
     c = config
     return (
-        f"{c.collector.num_collectors} collectors x {{CPU: {c.collector.num_cpus:g}}}, "
+        f"{c.collector.fleet_size} collectors x {{CPU: {c.collector.num_cpus:g}}}, "
         f"{c.replay.num_shards} replay shards x {{CPU: {c.replay.num_cpus:g}}}, "
         f"{c.learner.world_size} learner ranks x {_fmt(dict(c.learner.resources_per_rank))}; "
         f"total {_fmt(run_demand(config))}"
@@ -118,11 +118,11 @@ def reserve_services(config, run_id: str, *, timeout_s: float | None = None) -> 
             demand and the cluster's total and free resources.
     """
     timeout_s = config.learner.setup_timeout_s if timeout_s is None else timeout_s
-    roles = [("collector", config.collector.num_cpus)] * config.collector.num_collectors
+    roles = [("collector", config.collector.num_cpus)] * config.collector.fleet_size
     roles += [("shard", config.replay.num_cpus)] * config.replay.num_shards
     bundles = [{"CPU": cpus} for _, cpus in roles if cpus > 0]
     if not bundles:
-        none = [None] * config.collector.num_collectors, [None] * config.replay.num_shards
+        none = [None] * config.collector.fleet_size, [None] * config.replay.num_shards
         return ServicePlacement(None, *none)
     group = placement_group(bundles, strategy="SPREAD", name=f"{run_id}.services")
     ready, _ = ray.wait([group.ready()], timeout=timeout_s)

@@ -95,6 +95,8 @@ class Recovery:
             ComponentFailure: The collector is crash-looping, or collectors died too often.
         """
         c = self.controller
+        if c.collectors.actors[index] is None:  # retired (left the fleet): dropped, no death
+            return
         c.counters.collector_failures += 1
         deaths = c.collectors.restarts
         c.collectors.mark_dead(index, ticket)  # one death fails several rollouts
@@ -152,7 +154,8 @@ class Recovery:
                 self._collector(index),
                 timeout,
             )
-            ray.kill(c.collectors.actors[index], no_restart=False)
+            if c.collectors.actors[index] is not None:  # a retired one's failure follows
+                ray.kill(c.collectors.actors[index], no_restart=False)
 
     # -- replay shards ------------------------------------------------------------------------
     def note_writes(self, writes) -> None:

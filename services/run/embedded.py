@@ -61,7 +61,7 @@ def logical_cpus(config: RunConfig) -> float:
     """Logical CPUs the run's actors ask for."""
     c = config
     return (
-        c.collector.num_collectors * c.collector.num_cpus
+        c.collector.fleet_size * c.collector.num_cpus
         + c.replay.num_shards * c.replay.num_cpus
         + c.learner.world_size * c.learner.resources_per_rank.get("CPU", 0)
         + (c.evaluation.num_cpus if c.evaluation.enabled else 0)
