@@ -34,8 +34,10 @@ Layout:
       ``(generation, version)``), ``delivery`` (:class:`~collector.delivery.ReplayWriter`:
       writer id, sequence numbers, sending, acknowledgement with failover to the next shard),
       ``control`` (:class:`~collector.control.PauseBarrier` and the saved-state format);
-      ``group``: :class:`CollectorGroup`; ``restarts`` (:class:`~collector.restarts.DeathLedger`:
-      which failed rollouts are new deaths, pure).
+      ``group``: :class:`CollectorGroup`; ``remote``: starting one named collector actor;
+      ``restarts`` (:class:`~collector.restarts.DeathLedger`: which failed rollouts are new
+      deaths, pure); ``fleet`` (:class:`~collector.fleet.Fleet`: collectors joining and leaving
+      a running group, live resizes).
     * ``completions``: finished rollouts as a queue fed by Ray's callbacks
       (:class:`~collector.completions.Completions`, :class:`~collector.completions.Finished`),
       so the driver pays for what finished, not for what is in flight; ``dispatch``: one

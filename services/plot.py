@@ -1,7 +1,8 @@
 """``python -m services.plot RUN_DIR``: PNG learning curves from a run's ``metrics.jsonl``.
 
 Writes ``RUN_DIR/plots/learning_curves.png`` with four panels: episode return vs frames, return
-vs wall time, learner losses vs frames, and throughput (frames/s, updates/s) vs frames.
+vs wall time, learner losses vs frames, and throughput (frames/s, updates/s) vs frames. Live
+resizes (``resize`` records, ``services.driver.elastic``) are dotted lines at their frames.
 """
 
 from __future__ import annotations

@@ -24,6 +24,7 @@ the last line of stdout is one JSON object:
 Examples:
     python -m services.bench elastic
     python -m services.bench elastic --hold-s 10 --resume-frames 10000
+    python -m services.bench elastic --set controller.utd_ratio=0.125
 """
 
 from __future__ import annotations
@@ -142,8 +143,10 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def overrides(root: Path, name: str, sizes: tuple[int, int, int], capacity: int) -> list[str]:
-    """The run's settings on top of the shipped CartPole DQN config."""
+def overrides(
+    root: Path, name: str, sizes: tuple[int, int, int], capacity: int, extra: list[str]
+) -> list[str]:
+    """The run's settings on top of the shipped CartPole DQN config (``extra``: ``--set``)."""
     collectors, shards, world = sizes
     return [
         f"run.name={name}",
@@ -156,6 +159,7 @@ def overrides(root: Path, name: str, sizes: tuple[int, int, int], capacity: int)
         "checkpoint.interval_s=0",
         "metrics.enabled=false",
         "controller.log_interval_s=1",
+        *extra,
     ]
 
 
@@ -179,7 +183,7 @@ class Cuts:
 def live_run(root: Path, args) -> dict:
     """The first run: 1/1/1, grown to 3/1/1 and 3/2/2, shrunk to 1/1/1, stopped."""
     port = free_port()
-    sets = [*overrides(root, "elastic-live", (1, 1, 1), args.capacity)]
+    sets = [*overrides(root, "elastic-live", (1, 1, 1), args.capacity, args.set)]
     sets += ["controller.total_frames=1000000000", f"grpc.port={port}", f"grpc.token={TOKEN}"]
     run = prepare_run(load_config(CONFIG, overrides=sets))
     cuts, latest = Cuts(), {}
@@ -235,7 +239,7 @@ def live_run(root: Path, args) -> dict:
 def resumed_run(root: Path, path: Path, saved: dict, args) -> dict:
     """The second run: the checkpoint resumed at 2/3/1, trained on for ``--resume-frames``."""
     total = saved["collected_frames"] + args.resume_frames
-    sets = [*overrides(root, "elastic-resumed", (2, 3, 1), args.capacity)]
+    sets = [*overrides(root, "elastic-resumed", (2, 3, 1), args.capacity, args.set)]
     sets += [f"controller.total_frames={total}", "checkpoint.at_end=true"]
     run = prepare_run(load_config(CONFIG, overrides=sets), resume=path)
     cuts, marks, checks = Cuts(), {}, {}
@@ -273,13 +277,17 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m services.bench elastic",
         description=__doc__.split("\n\n")[0],
-        epilog="examples:\n  python -m services.bench elastic --hold-s 10",
+        epilog="examples:\n  python -m services.bench elastic --hold-s 10\n"
+        "  python -m services.bench elastic --set controller.utd_ratio=0.125",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--hold-s", type=float, default=20.0, help="seconds at each live size")
     parser.add_argument("--warmup-frames", type=int, default=2000, help="before the first window")
     parser.add_argument("--resume-frames", type=int, default=20_000, help="after the resume")
     parser.add_argument("--capacity", type=int, default=1_500_000, help="replay.capacity")
+    parser.add_argument(
+        "--set", action="append", default=[], metavar="KEY=VALUE", help="a config override"
+    )
     args = parser.parse_args(argv)
     root = Path(tempfile.mkdtemp(prefix="relayrl-elastic-bench-"))
     init_local_ray(log_to_driver=False)
@@ -311,6 +319,7 @@ def main(argv: list[str] | None = None) -> int:
         "frames_final": final["frames"],
         "generations": [live["summary"]["generation"], final["generation"]],
         "hold_s": args.hold_s,
+        "overrides": args.set,
     }
     print(json.dumps(result))
     return 0

@@ -17,6 +17,9 @@ Layout:
     * ``placement``: the services' placement group (collectors and replay shards) per run.
     * ``inbox``: requests from gRPC threads served at loop boundaries (external writes counted).
     * ``recovery``: the driver's reactions to faults (dead collectors, env errors, shard restarts).
+    * ``elastic``: live resizes (collectors, replay shards, world size) at safe boundaries,
+      ``Control/Scale`` requests, resize events; ``autoscale``: ``collector.num_collectors:
+      auto``, a fleet that follows the cluster's CPUs and drops a lost node's collectors.
     * ``faults``: the pure fault monitors (shard health, crash loops, attribution to nodes),
       ``ComponentFailure`` and ``DeterminismError``.
 """
