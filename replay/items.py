@@ -184,3 +184,32 @@ def put_items(table: ReplayTable, items: ItemSet) -> np.ndarray:
             sampler.position = 0
             sampler.passes = max(sampler.passes, items.passes)
     return slots
+
+
+def item_rows(itemsets) -> list[bytes]:
+    r"""Every item of ``itemsets`` as bytes (all columns, then the priority mass), sorted.
+
+    Two sets of tables hold the same items, priorities included, iff their rows are equal
+    (re-sharding tests and ``services.bench elastic`` compare them so).
+
+    Examples:
+        >>> ids = np.arange(2)
+        >>> items = ItemSet("uniform", {"a": np.array([[2], [1]], dtype=np.int8)}, ids, ids, ids)
+        >>> item_rows([items])
+        [b'\x01', b'\x02']
+    """
+    out = []
+    for items in itemsets:
+        n = len(items)
+        if n == 0:
+            continue
+        parts = [
+            np.ascontiguousarray(items.columns[key]).reshape(n, -1).view(np.uint8)
+            for key in sorted(items.columns)
+        ]
+        if items.mass is not None:
+            parts.append(
+                np.ascontiguousarray(items.mass, dtype=np.float64).reshape(n, 1).view(np.uint8)
+            )
+        out += [row.tobytes() for row in np.concatenate(parts, axis=1)]
+    return sorted(out)

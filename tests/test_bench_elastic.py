@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 
 from replay.items import ItemSet
-from services.bench.elastic import rate, resize_seconds, rows, size_key, targets_met
+from replay.items import item_rows as rows
+from services.bench.elastic import rate, resize_seconds, size_key, targets_met
 
 
 def items(values, mass=None) -> ItemSet:

@@ -9,12 +9,11 @@ transition counted once). PPO resumes at another size as an on-policy run.
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 import torch
 
 from replay.checkpoint import load_table
-from replay.items import take_items
+from replay.items import item_rows, take_items
 from services.checkpoints.store import read_json
 from services.config import load_config
 from services.driver.controller import Controller
@@ -34,27 +33,8 @@ BASE = [
 ]
 
 
-def rows(itemsets) -> list[bytes]:
-    """Every item of ``itemsets`` as bytes: all its columns and its priority mass."""
-    out = []
-    for items in itemsets:
-        n = len(items)
-        if n == 0:
-            continue
-        parts = [
-            np.ascontiguousarray(items.columns[key]).reshape(n, -1).view(np.uint8)
-            for key in sorted(items.columns)
-        ]
-        if items.mass is not None:
-            parts.append(
-                np.ascontiguousarray(items.mass, dtype=np.float64).reshape(n, 1).view(np.uint8)
-            )
-        out += [row.tobytes() for row in np.concatenate(parts, axis=1)]
-    return sorted(out)
-
-
 def stored_rows(directory, num_shards: int) -> list[bytes]:
-    return rows(take_items(load_table(directory / f"replay-{i}")) for i in range(num_shards))
+    return item_rows(take_items(load_table(directory / f"replay-{i}")) for i in range(num_shards))
 
 
 @pytest.fixture(scope="module")

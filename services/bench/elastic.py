@@ -39,11 +39,10 @@ import threading
 import time
 from pathlib import Path
 
-import numpy as np
 import ray
 
 from replay.checkpoint import load_table
-from replay.items import take_items
+from replay.items import item_rows, take_items
 from replay.local_ray import init_local_ray
 from services.checkpoints.store import read_json
 from services.config import load_config
@@ -56,36 +55,9 @@ TOKEN = "elastic-bench-token"
 TARGETS_S = {"collectors": 5.0, "world_size": 15.0}  # the issue's targets on this machine
 
 
-def rows(itemsets) -> list[bytes]:
-    r"""Every item of ``itemsets`` as bytes (all columns, then the priority mass), sorted.
-
-    Examples:
-        >>> from replay.items import ItemSet
-        >>> ids = np.arange(2)
-        >>> items = ItemSet("uniform", {"a": np.array([[2], [1]], dtype=np.int8)}, ids, ids, ids)
-        >>> rows([items])
-        [b'\x01', b'\x02']
-    """
-    out = []
-    for items in itemsets:
-        n = len(items)
-        if n == 0:
-            continue
-        parts = [
-            np.ascontiguousarray(items.columns[key]).reshape(n, -1).view(np.uint8)
-            for key in sorted(items.columns)
-        ]
-        if items.mass is not None:
-            parts.append(
-                np.ascontiguousarray(items.mass, dtype=np.float64).reshape(n, 1).view(np.uint8)
-            )
-        out += [row.tobytes() for row in np.concatenate(parts, axis=1)]
-    return sorted(out)
-
-
 def stored_rows(directory: Path, num_shards: int) -> list[bytes]:
     """The rows of the tables ``directory/replay-<i>`` (a checkpoint or a dump)."""
-    return rows(take_items(load_table(directory / f"replay-{i}")) for i in range(num_shards))
+    return item_rows(take_items(load_table(directory / f"replay-{i}")) for i in range(num_shards))
 
 
 def size_key(collectors: int, shards: int, world_size: int) -> str:

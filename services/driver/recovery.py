@@ -199,7 +199,10 @@ class Recovery:
         counters.replay_restarts += 1
         counters.replay_items_lost += event.lost
         refilled, source = 0, "no checkpoint yet: it stays empty"
-        if c.last_checkpoint is not None:
+        last = c.last_checkpoint
+        if last is not None and len(list(last.glob("replay-*"))) != len(c.shards):
+            source = f"{last} was cut at another shard count (resized since): it stays empty"
+        elif last is not None:
             path = c.last_checkpoint / f"replay-{event.index}"
             try:
                 stats = ray.get(c.shards[event.index].load.remote(str(path)), timeout=600)
