@@ -2,13 +2,21 @@
 
 Layout:
     * ``config``: :class:`CollectorConfig` (envs, rollouts, n-step, actors, exploration).
-    * ``env``: vector envs in gymnasium's ``NEXT_STEP`` autoreset mode, from a gymnasium id or a
-      ``package.module:function`` factory (with ``env_kwargs``), sync or async; per-env seeds
-      derived from the run seed and the collector index; the relayrl extra a gymnasium env
-      family needs (``box2d``, ``mujoco``), named when it is missing.
+    * ``envs`` (room): ``vector``: vector envs in gymnasium's ``NEXT_STEP`` autoreset mode, from
+      a gymnasium id or a ``package.module:function`` factory (with ``env_kwargs``), sync or
+      async; per-env seeds derived from the run seed, the collector index and the generation;
+      the relayrl extra a gymnasium env family needs (``box2d``, ``mujoco``), named when it is
+      missing. ``multiagent``: :class:`ParallelVectorEnv`, PettingZoo parallel envs
+      (cooperative multi-agent, the ``marl`` extra) as one vector env: agent fields stacked
+      ``[num_envs, n_agents, ...]``, the global state, the team reward and team episode ends.
+      ``episodes``: :class:`EpisodeTracker`, per-env returns and lengths across rollouts.
+      ``framestream``: :class:`FrameStreamBuffer`, n-step transitions written as frame streams
+      for frame-deduplicated replay (``replay.frame_stack``).
+    * ``atari``: :func:`make_atari`, Atari envs with the DQN preprocessing (``atari`` extra;
+      configs name ``collector.atari:make_atari`` as their env id).
     * ``noise``: :class:`~collector.noise.ColoredNoise`, temporally correlated (pink, red)
       Gaussian noise for Gaussian policies' exploration (``collector.action_noise``).
-    * ``networks``: the room both collectors and learners import for the run's network: the
+    * ``networks`` (room): what both collectors and learners import for the run's network: the
       :class:`~collector.networks.NetworkSpec` protocol and its specs (``q_mlp``: the DQN MLP
       with epsilon-greedy; ``actor_critic``: categorical / Gaussian actor-critics storing
       ``log_prob`` and ``value``; ``squashed``: SAC's tanh-Gaussian actor; ``cnn``: Nature and
@@ -16,15 +24,8 @@ Layout:
       per-agent epsilon-greedy; ``common``: exploration parameters, MLP trunks, dueling heads;
       ``builders``: the ``NETWORKS`` registry a recipe's ``network`` names, spec builders from
       the env's spaces and :class:`~collector.networks.builders.NetworkOptions`).
-    * ``multiagent``: :class:`ParallelVectorEnv`, PettingZoo parallel envs (cooperative
-      multi-agent, the ``marl`` extra) as one vector env: agent fields stacked
-      ``[num_envs, n_agents, ...]``, the global state, the team reward and team episode ends.
     * ``nstep``: :class:`NStepBuffer`, n-step windows built collector-side (off-policy).
-    * ``atari``: :func:`make_atari`, Atari envs with the DQN preprocessing (``atari`` extra);
-      ``framestream``: :class:`FrameStreamBuffer`, n-step transitions written as frame streams
-      for frame-deduplicated replay (``replay.frame_stack``).
     * ``advantages``: :func:`gae` and :func:`returns_to_go`, pure and hand-checked.
-    * ``episodes``: :class:`EpisodeTracker`, per-env returns and lengths across rollouts.
     * ``rollout``: :class:`RolloutWorker`, the off-policy pure core (no Ray).
     * ``onpolicy``: :class:`OnPolicyWorker` and :class:`OnPolicyTransform`, the on-policy pure
       core: ``SAME_STEP`` envs, fixed-length rollouts with GAE, or one complete episode per env
@@ -33,17 +34,16 @@ Layout:
       ``weights`` (:class:`~collector.weights.PolicyWeights`, the network and its
       ``(generation, version)``), ``delivery`` (:class:`~collector.delivery.ReplayWriter`:
       writer id, sequence numbers, sending, acknowledgement with failover to the next shard),
-      ``control`` (:class:`~collector.control.PauseBarrier` and the saved-state format);
-      ``group``: :class:`CollectorGroup`; ``remote``: starting one named collector actor;
-      ``restarts`` (:class:`~collector.restarts.DeathLedger`: which failed rollouts are new
-      deaths, pure); ``fleet`` (:class:`~collector.fleet.Fleet`: collectors joining and leaving
-      a running group, live resizes).
-    * ``completions``: finished rollouts as a queue fed by Ray's callbacks
-      (:class:`~collector.completions.Completions`, :class:`~collector.completions.Finished`),
-      so the driver pays for what finished, not for what is in flight; ``dispatch``: one
-      driver call per rollout (:class:`~collector.dispatch.DirectDispatch`); ``hub``: one
-      :class:`~collector.hub.RolloutHub` per node batching orders and receipts both ways
-      (``collector.aggregate_min_collectors``).
+      ``control`` (:class:`~collector.control.PauseBarrier` and the saved-state format).
+    * ``manage`` (room): the driver's side of the collectors: ``group``
+      (:class:`CollectorGroup`), ``remote`` (starting one named collector actor), ``fleet``
+      (:class:`~collector.manage.fleet.Fleet`: collectors joining and leaving a running group,
+      live resizes), ``restarts`` (:class:`~collector.manage.restarts.DeathLedger`: which
+      failed rollouts are new deaths, pure), ``completions`` (finished rollouts as a queue fed
+      by Ray's callbacks, so the driver pays for what finished, not for what is in flight),
+      ``dispatch`` (one driver call per rollout) and ``hub`` (one
+      :class:`~collector.manage.hub.RolloutHub` per node batching orders and receipts both
+      ways, ``collector.aggregate_min_collectors``).
     * ``rig``: the raw single-process loop and the collector rig that benchmarks set side by
       side (``collector.bench``, ``services.bench atari``), for any env and network spec.
     * ``bench``: ``python -m collector.bench``, collectors against the raw env + policy loop.
@@ -120,10 +120,10 @@ import importlib
 # Exports load on first use, so a process that unpickles one small class (a receipt, a spec)
 # does not import the whole package (torch.distributed, DDP, env machinery).
 _EXPORTS = {
-    "EpisodeTracker": "collector.episodes",
-    "EnvError": "collector.env",
-    "GuardedEnv": "collector.env",
-    "FrameStreamBuffer": "collector.framestream",
+    "EpisodeTracker": "collector.envs.episodes",
+    "EnvError": "collector.envs.vector",
+    "GuardedEnv": "collector.envs.vector",
+    "FrameStreamBuffer": "collector.envs.framestream",
     "PixelQSpec": "collector.networks.cnn",
     "make_atari": "collector.atari",
     "OnPolicyTransform": "collector.config",
@@ -135,11 +135,11 @@ _EXPORTS = {
     "ActorCriticSpec": "collector.networks.actor_critic",
     "Collector": "collector.actor",
     "CollectorConfig": "collector.config",
-    "CollectorGroup": "collector.group",
-    "CollectorsPausedError": "collector.group",
-    "Completions": "collector.completions",
-    "Finished": "collector.completions",
-    "RolloutHub": "collector.hub",
+    "CollectorGroup": "collector.manage.group",
+    "CollectorsPausedError": "collector.manage.group",
+    "Completions": "collector.manage.completions",
+    "Finished": "collector.manage.completions",
+    "RolloutHub": "collector.manage.hub",
     "EpsilonGreedy": "collector.networks.q_mlp",
     "ModelSpec": "collector.networks.q_mlp",
     "NStepBuffer": "collector.nstep",

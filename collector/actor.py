@@ -47,7 +47,7 @@ import torch
 
 from collector.control import STATE_FORMAT, PauseBarrier, check_state
 from collector.delivery import ReplayWriter, SentRollout
-from collector.env import EnvError, env_seeds, make_vector_env
+from collector.envs.vector import EnvError, env_seeds, make_vector_env
 from collector.onpolicy import OnPolicyTransform, OnPolicyWorker
 from collector.receipts import RolloutReceipt
 from collector.rollout import RolloutWorker
@@ -77,8 +77,8 @@ class Collector:
 
     Each instance is one writer of the replay service. Its writer id carries an incarnation
     token, so a restarted collector (whose sequence numbers start again at 0) is never mistaken
-    for a retry of its predecessor. Start it with :func:`collector.group.remote_collector` (or
-    ``CollectorGroup``) so the rollout and control threads exist; called directly it is a plain
+    for a retry of its predecessor. Start it with :func:`collector.manage.group.remote_collector`
+    (or ``CollectorGroup``) so the rollout and control threads exist; called directly it is a plain
     object (tests drive it so).
 
     Args:
@@ -88,7 +88,7 @@ class Collector:
         model_spec: Network spec (``ModelSpec`` for DQN, ``ActorCriticSpec`` for PPO, A2C and
             REINFORCE, ``SquashedGaussianSpec`` for SAC, ``collector.networks.agents.AgentQSpec``
             for IQL, VDN and QMIX). A spec with ``make_vector_env`` builds the envs (same
-            arguments as :func:`collector.env.make_vector_env`).
+            arguments as :func:`collector.envs.vector.make_vector_env`).
         shards: Replay shard handles, or their actor names in namespace ``relayrl`` (preferred:
             restartable actors should not hold handles in their constructor arguments).
         seed: Run seed; env, exploration and init seeds are derived from it and ``collector_id``.
@@ -106,7 +106,7 @@ class Collector:
         generation: The run's learner generation when this collector starts: 0 for a run's
             first collectors; a collector added to a running run, or started by a run resumed
             at another size, seeds its envs, exploration and torch from it too, so no two
-            collectors of a run's lineage share a stream (``collector.fleet``).
+            collectors of a run's lineage share a stream (``collector.manage.fleet``).
     """
 
     def __init__(

@@ -6,7 +6,7 @@ import dataclasses
 import os
 from typing import Any
 
-from collector.env import VECTOR_MODES
+from collector.envs.vector import VECTOR_MODES
 from collector.noise import COLORS
 
 EPSILON_SCHEDULES = ("linear", "apex")
@@ -57,7 +57,7 @@ class CollectorConfig:
             ``docs/benchmarks.md``); smaller ones give fresher weights and finer pacing.
         max_inflight: Rollout calls kept in flight per collector.
         aggregate_min_collectors: From this many collectors on, rollouts and their receipts
-            travel through one aggregating actor per node (``collector.hub``), batched both
+            travel through one aggregating actor per node (``collector.manage.hub``), batched both
             ways, instead of one driver call per rollout (0: never). A driver call costs the
             driver far more than counting a receipt, so large fleets need it; small ones save
             the extra hop and process.

@@ -29,7 +29,7 @@ import torch
 
 from collector.advantages import gae, returns_to_go
 from collector.config import OnPolicyTransform
-from collector.episodes import CountsEpisodes, EpisodeTracker
+from collector.envs.episodes import CountsEpisodes, EpisodeTracker
 from collector.rollout import RolloutBatch
 
 # An env whose episode runs longer than this in an ``episodes`` rollout has no time limit.
@@ -49,7 +49,7 @@ class OnPolicyWorker(CountsEpisodes):
         transform: What targets to build.
 
     Examples:
-        >>> from collector.env import make_vector_env
+        >>> from collector.envs.vector import make_vector_env
         >>> from collector.networks.actor_critic import ActorCriticSpec
         >>> spec = ActorCriticSpec(4, 2)
         >>> policy = spec.make_policy(spec.build(), np.random.SeedSequence(0))

@@ -8,7 +8,7 @@ measure collection against its physical limit the same way:
   exactly like a collector: Ray starts workers at niceness 15, and with Linux's autogroup
   scheduling all processes of a session share one CPU share, so a raw loop in a plain process
   would get more CPU than any Ray worker and the ratio would measure priority.
-* :class:`CollectorRig`: a :class:`~collector.group.CollectorGroup` with one replay shard per
+* :class:`CollectorRig`: a :class:`~collector.manage.group.CollectorGroup` with one replay shard per
   collector, driven like the controller drives it (rollouts in flight, weights handed over with
   the next rollout).
 * :func:`alternate` runs raw and collector windows in turn, ``R C R ... C R``, and
@@ -35,8 +35,8 @@ import numpy as np
 import ray
 import torch
 
-from collector.env import env_seeds, make_vector_env
-from collector.group import CollectorGroup
+from collector.envs.vector import env_seeds, make_vector_env
+from collector.manage.group import CollectorGroup
 from collector.networks import NetworkSpec
 from replay.shard import remote_shard
 

@@ -9,7 +9,7 @@ stored ``next_observation``) but not through a termination. N-step windows are b
 :class:`collector.nstep.NStepBuffer` and stay open across rollouts.
 
 Observations may be arrays or mappings of arrays (gymnasium ``Dict`` spaces, or the multi-agent
-envs of ``collector.multiagent``: agents' observations and the global state); each entry is
+envs of ``collector.envs.multiagent``: agents' observations and the global state); each entry is
 stored under its own key (see :mod:`collector.nstep`).
 
 The step loop does only what must happen per step (policy, env step, five buffer writes); the
@@ -24,8 +24,8 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from collector.episodes import CountsEpisodes, EpisodeTracker
-from collector.framestream import FrameStreamBuffer
+from collector.envs.episodes import CountsEpisodes, EpisodeTracker
+from collector.envs.framestream import FrameStreamBuffer
 from collector.nstep import NStepBuffer
 
 
@@ -56,10 +56,10 @@ class RolloutWorker(CountsEpisodes):
         n_step: Steps per transition window (1: one-step transitions).
         gamma: Discount of the n-step returns.
         frame_stack: 0 keeps stacked observations in the transitions; ``S >= 1`` sends them as
-            a frame stream for frame-deduplicated replay (``collector.framestream``).
+            a frame stream for frame-deduplicated replay (``collector.envs.framestream``).
 
     Examples:
-        >>> from collector.env import make_vector_env
+        >>> from collector.envs.vector import make_vector_env
         >>> from collector.networks.q_mlp import ModelSpec
         >>> spec = ModelSpec(4, 2)
         >>> policy = spec.make_policy(spec.build(), np.random.SeedSequence(0))

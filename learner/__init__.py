@@ -29,28 +29,25 @@ Layout:
       is built (``nn.Module.compile`` silently skips ``nn.Sequential`` networks on torch 2.13,
       so a traced function of ours calls ``_call_impl``); ``state_dict`` keys, published
       weights and checkpoints are unchanged; DDP wraps the loss around it as in eager mode.
-    * ``sampling``: :class:`RankSampler`, per-rank sampling with one round of prefetch, and
-      on-policy rounds (:class:`EpochPlan`): the rank's share of the batch, fetched once and
-      trained in shuffled epochs of minibatches, reporting the items' policy lag.
     * ``determinism``: ``run.deterministic``'s deterministic kernels and fixed thread counts
       (CUDA: cuDNN and cuBLAS settings), and the digest of a learner's state.
-    * ``rendezvous``: rank 0's store on a free port, retried on collision.
-    * ``placement``: one placement group of ``world_size`` bundles (``resources_per_rank``,
-      ``placement_strategy``) and the named rank actors.
     * ``plugins``: resolution of ``"module:factory"`` paths (user losses and steppers).
     * ``weights``: tensor schema of published weights, checked against the collectors' policy.
-    * ``rank``: the ``LearnerRank`` actor: joins the process group (gloo, or nccl with a GPU
-      per rank), wraps the loss in DDP when ``world_size > 1``, samples
-      ``global_batch_size / world_size`` per step, averages metrics over ranks, and on rank 0
-      publishes weights (``ray.put`` once per publication).
-    * ``group``: :class:`LearnerGroup`: one placement group of ``world_size`` bundles, a
-      generation per construction, sequential rounds verified by :func:`verify_receipts`,
-      ``state_dicts``/``load_state_dicts`` (any saved world size), ``set_shards``.
-    * ``resize``: :func:`states_for_world_size`: a state set restorable into another world size
-      (rank 0's replica for every rank, RNG streams derived per new rank and generation).
+    * ``ranks`` (room): the DDP group: ``rank`` (the ``LearnerRank`` actor: joins the process
+      group, gloo or nccl with a GPU per rank, wraps the loss in DDP when ``world_size > 1``,
+      samples ``global_batch_size / world_size`` per step, averages metrics over ranks, and on
+      rank 0 publishes weights, ``ray.put`` once per publication), ``group``
+      (:class:`LearnerGroup`: one placement group of ``world_size`` bundles, a generation per
+      construction, sequential rounds verified by :func:`verify_receipts`,
+      ``state_dicts``/``load_state_dicts`` of any saved world size, ``set_shards``),
+      ``resize`` (:func:`states_for_world_size`: rank 0's replica for every new rank, RNG
+      streams derived per new rank and generation), ``sampling`` (:class:`RankSampler`,
+      per-rank sampling with one round of prefetch, and on-policy rounds, :class:`EpochPlan`),
+      ``rendezvous`` (rank 0's store on a free port, retried on collision) and ``placement``
+      (the ranks' placement group, ``resources_per_rank``, ``placement_strategy``).
     * ``receipts``: :class:`StepReceipt`, :class:`PublishedWeights` and the protocol errors.
-    * ``bench``: ``python -m learner.bench``; ``gpu_check``: ``python -m learner.gpu_check``
-      (GPU paths, run on a GPU machine).
+    * ``bench``: ``python -m learner.bench``; ``gpu`` (room): ``python -m learner.gpu.check``
+      and ``python -m learner.gpu.algorithms`` (GPU paths, run on a GPU machine).
 
 Equivalence: DDP averages gradients, so ``world_size`` ranks on ``B / world_size`` items each
 take the same step as one rank on ``B`` items (the losses are means).
@@ -69,7 +66,7 @@ Driver usage (generations and checkpoints)::
     states = [torch.load(p, weights_only=True) for p in paths]
     group.shutdown()
     group = LearnerGroup(run, config, spec, shards, seed, generation=g + 1)
-    version = group.load_state_dicts(states)        # any world size (learner.resize)
+    version = group.load_state_dicts(states)        # any world size (learner.ranks.resize)
     published = group.publish()                     # newer key (g + 1, version): force it out
 
 Prioritized replay: with ``update_priorities``, each rank hands ``(shard, index, |td_error|)``
@@ -87,7 +84,7 @@ _EXPORTS = {
     "DQNLoss": "learner.losses.dqn",
     "A2CLoss": "learner.losses.a2c",
     "DefaultStepper": "learner.stepper",
-    "EpochPlan": "learner.sampling",
+    "EpochPlan": "learner.ranks.sampling",
     "MultiAgentOptions": "learner.options",
     "MultiAgentQLoss": "learner.losses.marl",
     "MultiOptimizerStepper": "learner.multi",
@@ -99,14 +96,14 @@ _EXPORTS = {
     "DelayedPolicyStepper": "learner.delayed",
     "LearnerConfig": "learner.config",
     "LearnerCore": "learner.core",
-    "LearnerGroup": "learner.group",
-    "LearnerRank": "learner.rank",
+    "LearnerGroup": "learner.ranks.group",
+    "LearnerRank": "learner.ranks.rank",
     "LossDispatch": "learner.loss",
     "MixedPrecisionStepper": "learner.precision",
-    "PendingRound": "learner.group",
+    "PendingRound": "learner.ranks.group",
     "ProtocolError": "learner.receipts",
     "PublishedWeights": "learner.receipts",
-    "RankSampler": "learner.sampling",
+    "RankSampler": "learner.ranks.sampling",
     "StaleGenerationError": "learner.receipts",
     "StepReceipt": "learner.receipts",
     "Stepper": "learner.stepper",
@@ -115,7 +112,7 @@ _EXPORTS = {
     "tensor_schema": "learner.weights",
     "total_loss": "learner.stepper",
     "verify_receipts": "learner.receipts",
-    "states_for_world_size": "learner.resize",
+    "states_for_world_size": "learner.ranks.resize",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -31,11 +31,11 @@ import ray
 import torch
 from tensordict import TensorDict
 
-from collector.group import remote_collector
+from collector.manage.group import remote_collector
 from collector.networks.q_mlp import ModelSpec
 from learner.config import LearnerConfig
 from learner.core import LearnerCore
-from learner.group import LearnerGroup
+from learner.ranks.group import LearnerGroup
 from replay.local_ray import init_local_ray
 from replay.shard import remote_shard
 

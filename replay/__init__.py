@@ -8,13 +8,8 @@ Layout:
       (``replay.frame_stack: 4``): single uint8 frames in their own ring, stacks rebuilt at
       sample time; collectors write frame streams (:func:`encode_stacks`) instead of stacked
       ``observation`` / ``next_observation`` (about 7.5 KB per Atari transition instead of 56).
-    * ``sumtree``: :class:`SumMinTree`, the numpy sum-tree + min-tree of prioritized sampling.
-    * ``samplers``: ``uniform`` (with replacement), ``prioritized`` (proportional, ``alpha``) and
-      ``fifo`` (each item exactly once per pass, for on-policy learners).
     * ``table``: :class:`ReplayTable`, the pure core of a shard: storage + sampler + write dedup
       by ``(writer_id, seq)`` + insertion ids + priority updates + counters.
-    * ``checkpoint`` / ``npyio``: a table's dump and load (raw ``.npy`` + JSON, CRC-checked,
-      no pickle).
     * ``shard``: the ``ReplayShard`` Ray actor, named ``<run>.replay-<i>`` in namespace ``relayrl``.
       With ``grpc.direct_writes`` it also serves ``relayrl.v1.Experience/Insert`` on its own
       port (``replay.intake``): server threads and actor methods share the table under
@@ -28,18 +23,23 @@ Layout:
     * ``health``: :class:`replay.health.ShardView`, the client's view of its shards (each one's
       last figures, marking one down, probing it back) and ``SHARD_FAILURES``, what a call to a
       shard that died or did not answer raises (collectors and the driver catch it too).
-    * ``sharding``: the pure split of a sample across shards and merge of their replies.
-    * ``fetch``: :class:`replay.fetch.SampleFetcher`, which asks every shard for its part at
-      once, draws a lost shard's part again from the others, and keeps batches ahead
-      (``prefetch``: :class:`replay.prefetch.PrefetchQueue`, its pure bookkeeping).
-    * ``priorities``: priority updates held per shard and sent one call at a time.
-    * ``items`` / ``reshard`` / ``elastic``: re-sharding. :class:`replay.items.ItemSet` (items
-      taken out of a table and put into another exactly: masses, FIFO pass, all columns),
-      ``replay.reshard`` (the deal of items over new shards, ``reshard_tables``,
-      ``reshard_checkpoint``) and ``replay.elastic`` (a checkpoint of another shard count loaded
-      by ``ReplayClient.load``; ``ReplayClient.remove_shards`` / ``add_shards``).
-    * ``streams``: random streams derived from ``(seed, component, index, generation)`` and a
-      request key, used by every layer in a deterministic run (``run.deterministic``).
+    * ``sampling`` (room): how items are drawn: ``samplers`` (``uniform`` with replacement,
+      ``prioritized`` proportional with ``alpha``, ``fifo``: each item exactly once per pass,
+      for on-policy learners), ``sumtree`` (:class:`SumMinTree`, the numpy sum-tree + min-tree
+      of prioritized sampling), ``sharding`` (the pure split of a sample across shards and
+      merge of their replies), ``fetch`` (:class:`replay.sampling.fetch.SampleFetcher`, which
+      asks every shard for its part at once, draws a lost shard's part again from the others,
+      and keeps batches ahead; ``prefetch``: its pure bookkeeping), ``priorities`` (priority
+      updates held per shard and sent one call at a time) and ``streams`` (random streams
+      derived from ``(seed, component, index, generation)`` and a request key, used by every
+      layer in a deterministic run, ``run.deterministic``).
+    * ``persist`` (room): a table's contents on disk and in motion: ``checkpoint`` / ``npyio``
+      (a table's dump and load: raw ``.npy`` + JSON, CRC-checked, no pickle), ``items``
+      (:class:`replay.persist.items.ItemSet`: items taken out of a table and put into another
+      exactly: masses, FIFO pass, all columns), ``reshard`` (the deal of items over new
+      shards, ``reshard_tables``, ``reshard_checkpoint``) and ``elastic`` (a checkpoint of
+      another shard count loaded by ``ReplayClient.load``; ``ReplayClient.remove_shards`` /
+      ``add_shards``).
 
 Shard faults: a shard is a restartable actor (``replay.max_restarts``) that comes back empty
 (its ``health`` reports a new incarnation; the driver refills it from the latest checkpoint). A
@@ -77,10 +77,10 @@ their batch (write counts and writers' dedup state are kept), so each FIFO pass 
 iteration's data.
 
 Checkpoints: ``client.dump(dir)`` makes every shard write ``dir/replay-<i>/`` in parallel
-(``ReplayShard.dump(path)`` / ``replay.checkpoint.dump_table`` each return their files and sizes);
-``client.load(dir)`` (``ReplayShard.load(path)``, ``replay.checkpoint.load_table``) restores
-contents, priorities, counters, dedup state and sampler RNG bit for bit, and refuses a missing,
-truncated or corrupt file with :class:`CheckpointError` naming it.
+(``ReplayShard.dump(path)`` / ``replay.persist.checkpoint.dump_table`` each return their files and
+sizes); ``client.load(dir)`` (``ReplayShard.load(path)``, ``replay.persist.checkpoint.load_table``)
+restores contents, priorities, counters, dedup state and sampler RNG bit for bit, and refuses a
+missing, truncated or corrupt file with :class:`CheckpointError` naming it.
 
 Wire format: batches travel as ``dict[str, numpy.ndarray]`` (cheap for Ray to serialize).
 Sampling when every shard is empty raises :class:`EmptyReplayError` at once (callers wait for
@@ -92,18 +92,18 @@ the next pass.
 from replay.client import ReplayClient
 from replay.config import ReplayConfig
 from replay.frames import FrameStackStorage, encode_stacks
-from replay.npyio import CheckpointError
+from replay.persist.npyio import CheckpointError
 from replay.receipts import WriteReceipt
-from replay.samplers import (
+from replay.sampling.samplers import (
     EmptyReplayError,
     FifoSampler,
     PrioritizedSampler,
     UniformSampler,
     importance_weights,
 )
+from replay.sampling.sumtree import SumMinTree
 from replay.shard import ReplayShard, remote_shard, remote_shards
 from replay.storage import CircularStorage, SchemaError
-from replay.sumtree import SumMinTree
 from replay.table import SAMPLERS, ReplayTable
 
 __all__ = [

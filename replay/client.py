@@ -1,9 +1,9 @@
 """The replay client: routes writes to shards, samples across them, prefetches, routes updates.
 
 :class:`ReplayClient` composes the jobs, each in its own module: ``replay.health`` (each shard's
-figures, marking a shard down, probing it back), ``replay.fetch`` (the split of a sample across
-shards, its concurrent fetch and prefetch), ``replay.priorities`` (priority updates held, sent,
-flushed); writes and the service-wide calls (stats, clear, dump, load) are here.
+figures, marking a shard down, probing it back), ``replay.sampling.fetch`` (the split of a sample
+across shards, its concurrent fetch and prefetch), ``replay.sampling.priorities`` (priority updates
+held, sent, flushed); writes and the service-wide calls (stats, clear, dump, load) are here.
 """
 
 from __future__ import annotations
@@ -15,14 +15,14 @@ from pathlib import Path
 import numpy as np
 import ray
 
-from replay.elastic import load_resharded, move_items
-from replay.fetch import SampleFetcher
 from replay.health import ShardUnavailableError, ShardView, shard_names
-from replay.priorities import PriorityRouter
+from replay.persist.elastic import load_resharded, move_items
+from replay.persist.reshard import checkpoint_shards
 from replay.receipts import WriteReceipt
-from replay.reshard import checkpoint_shards
-from replay.samplers import importance_weights
-from replay.sharding import PendingSample
+from replay.sampling.fetch import SampleFetcher
+from replay.sampling.priorities import PriorityRouter
+from replay.sampling.samplers import importance_weights
+from replay.sampling.sharding import PendingSample
 from replay.storage import Batch
 
 
@@ -34,10 +34,10 @@ class ReplayClient:
 
     A sample asks every shard at once for its part of the batch, split in proportion to the
     shards' sizes (uniform), priority masses (prioritized) or what is left of their passes
-    (FIFO) as of their last replies (``replay.fetch``). Prioritized batches carry ``"weight"``:
-    importance weights of the probability with which each item was actually drawn (shard share
-    times in-shard probability), normalized by the smallest such probability over the whole
-    service.
+    (FIFO) as of their last replies (``replay.sampling.fetch``). Prioritized batches carry
+    ``"weight"``: importance weights of the probability with which each item was actually drawn
+    (shard share times in-shard probability), normalized by the smallest such probability over the
+    whole service.
 
     Shard faults: a shard whose call fails because it died, is restarting or cannot be reached
     is marked down and sampled around: its share of the request is drawn again from the live
@@ -59,8 +59,10 @@ class ReplayClient:
         shards: The shard actors, in shard order.
         beta: Default importance-weight exponent (learners anneal it).
         view: :class:`replay.health.ShardView`: each shard's figures, the ones that are down.
-        updates: :class:`replay.priorities.PriorityRouter`: held and in-flight priority updates.
-        fetcher: :class:`replay.fetch.SampleFetcher`: sample requests and the prefetch queue.
+        updates: :class:`replay.sampling.priorities.PriorityRouter`: held and in-flight priority
+            updates.
+        fetcher: :class:`replay.sampling.fetch.SampleFetcher`: sample requests and the prefetch
+            queue.
 
     Examples:
         >>> client = ReplayClient(shards)  # doctest: +SKIP
@@ -221,7 +223,7 @@ class ReplayClient:
         """Names the following sample requests ``(*key, n)`` (None: the shards' own generators).
 
         Deterministic runs name each request by what asks (a rank and its model version), so
-        a shard draws it from its own stream (``replay.streams``) whenever it arrives.
+        a shard draws it from its own stream (``replay.sampling.streams``) whenever it arrives.
         """
         self.fetcher.stream = None if key is None else tuple(int(k) for k in key)
         self.fetcher.stream_requests = 0
@@ -308,13 +310,13 @@ class ReplayClient:
         the others load theirs (verify a checkpoint before loading it). Returns each shard's
         stats.
 
-        A checkpoint of another number of shards is re-sharded first (``replay.reshard``: every
-        item into exactly one shard, with its priority, counters' sums kept) into a hidden
+        A checkpoint of another number of shards is re-sharded first (``replay.persist.reshard``:
+        every item into exactly one shard, with its priority, counters' sums kept) into a hidden
         sibling directory ``.reshard-<name>-<shards>`` (removed afterwards); each shard then
         keeps its current capacity and gets a seed derived from the client's seed and its index.
 
         Raises:
-            replay.npyio.CheckpointError: Naming a missing, truncated or corrupt file.
+            replay.persist.npyio.CheckpointError: Naming a missing, truncated or corrupt file.
             ShardUnavailableError: Naming a shard that did not answer.
             ValueError: Re-sharding a frame-deduplicated replay (``replay.frame_stack > 0``).
         """
@@ -354,7 +356,7 @@ class ReplayClient:
     def remove_shards(self, indices: Sequence[int]) -> int:
         """Drains the named shards into the others, then stops using them; returns items moved.
 
-        Their items are dealt over the remaining shards' free capacity (``replay.reshard.
+        Their items are dealt over the remaining shards' free capacity (``replay.persist.reshard.
         partition``; the oldest that find no room are dropped and logged), then the client
         switches to the remaining shards (:meth:`set_shards`); the caller kills the removed
         actors. Writers must have stopped writing to the removed shards first.

@@ -55,7 +55,7 @@ class ShardView:
 
     Attributes:
         infos: Per shard, its ``info`` as of its last reply (``size``, ``sampler``, and
-            ``mass``/``min_mass`` or ``remaining``; see ``replay.sharding``).
+            ``mass``/``min_mass`` or ``remaining``; see ``replay.sampling.sharding``).
         down: ``{shard: (probe reference or None, when it was sent)}`` for each shard that is
             down.
         faults: Shard failures seen (a shard that comes back and fails again counts again).

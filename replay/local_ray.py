@@ -1,6 +1,6 @@
 """The local Ray every benchmark and the tests start: :func:`init_local_ray`.
 
-``python -m replay.bench``, ``collector.bench``, ``learner.bench``, ``learner.gpu_check``, the
+``python -m replay.bench``, ``collector.bench``, ``learner.bench``, ``learner.gpu.check``, the
 ``services.bench`` subcommands and the tests' ``ray_cluster`` fixture all run on a fresh
 single-machine cluster: started here (``address="local"``: never joining a ``ray start``
 cluster found on the machine, whose head may be gone), bound to loopback, in namespace

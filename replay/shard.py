@@ -13,15 +13,15 @@ from pathlib import Path
 import numpy as np
 import ray
 
-from replay.checkpoint import dump_table, load_table
 from replay.config import ReplayConfig
 from replay.digest import table_digest
+from replay.persist.checkpoint import dump_table, load_table
+from replay.persist.reshard import ItemSet, put_items, take_items
 from replay.receipts import WriteReceipt
-from replay.reshard import ItemSet, put_items, take_items
+from replay.sampling.streams import stream_generator
 from replay.shm import BlockViews, Layout, view_batch
 from replay.staging import Staging
 from replay.storage import Batch
-from replay.streams import stream_generator
 from replay.table import ReplayTable
 
 logger = logging.getLogger(__name__)
@@ -47,7 +47,7 @@ class ReplayShard:
             (``replay.frames``; 0: store writes as they come).
         deterministic: Stage writes and priority updates until :meth:`commit`
             (``replay.staging``), and draw each sample that names a ``stream`` from its own
-            generator (``replay.streams``) instead of the shard's.
+            generator (``replay.sampling.streams``) instead of the shard's.
         run_seed: The run's seed, the root of the shard's streams.
     """
 
@@ -147,9 +147,9 @@ class ReplayShard:
         Args:
             batch_size: Items to draw.
             updates: Priority updates to apply first.
-            stream: Names the request (``replay.streams`` key, e.g. rank and model version):
-                the draw then comes from the stream ``(run seed, "replay", shard, 0, stream)``,
-                the same whenever the request arrives.
+            stream: Names the request (``replay.sampling.streams`` key, e.g. rank and model
+                version): the draw then comes from the stream ``(run seed, "replay", shard, 0,
+                stream)``, the same whenever the request arrives.
 
         Returns:
             ``(batch, info)``: the sample (empty for ``batch_size`` 0) and :meth:`info` after it.
@@ -220,8 +220,8 @@ class ReplayShard:
         """Replaces this shard's table with the one dumped in ``path``; returns its stats.
 
         Raises:
-            replay.npyio.CheckpointError: Naming the file that is missing, truncated or corrupt
-                (the current table is kept).
+            replay.persist.npyio.CheckpointError: Naming the file that is missing, truncated or
+                corrupt (the current table is kept).
         """
         old_dir = self.table.storage.directory
         table = load_table(Path(path), shard_id=self.shard_id, mmap_dir=self._fresh_mmap_dir())
@@ -240,7 +240,7 @@ class ReplayShard:
         return self.table.stats()
 
     def drain(self) -> ItemSet:
-        """Hands out every stored item (``replay.reshard``) and empties the table.
+        """Hands out every stored item (``replay.persist.reshard``) and empties the table.
 
         Counters, write count and dedup state are kept. Writers must have stopped writing here.
         """
@@ -250,7 +250,7 @@ class ReplayShard:
             return items
 
     def absorb(self, items: ItemSet) -> int:
-        """Stores drained items as new writes (``replay.reshard.put_items``); returns how many."""
+        """Stores drained items as new writes (``put_items``); returns how many."""
         with self.lock:
             return int((put_items(self.table, items) >= 0).sum())
 

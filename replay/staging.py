@@ -32,7 +32,7 @@ import re
 import numpy as np
 
 from replay.receipts import WriteReceipt
-from replay.samplers import PrioritizedSampler
+from replay.sampling.samplers import PrioritizedSampler
 from replay.storage import Batch, as_array_batch
 
 _COLLECTOR = re.compile(r"^collector-(\d+)(/|$)")

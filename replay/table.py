@@ -9,7 +9,7 @@ import numpy as np
 
 from replay.frames import FrameStackStorage
 from replay.receipts import WriteReceipt
-from replay.samplers import (
+from replay.sampling.samplers import (
     FifoSampler,
     PrioritizedSampler,
     UniformSampler,
@@ -41,7 +41,7 @@ class ReplayTable:
     Args:
         capacity: Number of transitions held.
         shard_id: Index of the shard this table backs (reported in receipts).
-        sampler: ``uniform``, ``prioritized`` or ``fifo`` (see ``replay.samplers``).
+        sampler: ``uniform``, ``prioritized`` or ``fifo`` (see ``replay.sampling.samplers``).
         seed: Seed of the sampler's generator.
         alpha: Prioritization exponent (``prioritized`` only).
         fifo_shuffle: Hand out each FIFO pass in a random order (``fifo`` only).
@@ -129,7 +129,7 @@ class ReplayTable:
         """Draws ``batch_size`` transitions with the table's sampler.
 
         Args:
-            batch_size: Items to draw (may exceed the size: see ``replay.samplers``).
+            batch_size: Items to draw (may exceed the size: see ``replay.sampling.samplers``).
             beta: Prioritized tables only: add ``"weight"``, the importance weights of this
                 table alone (a sharded service normalizes over all shards in the client).
 
@@ -139,7 +139,7 @@ class ReplayTable:
             tables ``"fifo_pass"`` (the number of the pass each item belongs to).
 
         Raises:
-            replay.samplers.EmptyReplayError: If the table holds nothing.
+            replay.sampling.samplers.EmptyReplayError: If the table holds nothing.
         """
         passes = None
         if isinstance(self.sampler, FifoSampler):

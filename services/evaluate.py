@@ -79,7 +79,7 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None, prog: str = PROG) -> int:
     """Runs the command; returns the exit code."""
     args = build_parser(prog).parse_args(argv)
-    from replay.npyio import CheckpointError
+    from replay.persist.npyio import CheckpointError
     from services.config import ConfigError, parse_override
     from services.evaluation.playback import evaluate_policy
     from services.policy import load_policy

@@ -32,7 +32,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from collector.env import env_seeds, make_vector_env
+from collector.envs.vector import env_seeds, make_vector_env
 from collector.networks.q_mlp import ModelSpec
 from collector.rollout import RolloutWorker
 from services.grpc.client import RelayClient

@@ -25,7 +25,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import ray
 
-from replay.npyio import CheckpointError
+from replay.persist.npyio import CheckpointError
 from services.checkpoints.resume import resolve_resume
 from services.checkpoints.store import CheckpointWriteError
 from services.config import ConfigError, RunConfig, load_config

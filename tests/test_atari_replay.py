@@ -3,10 +3,10 @@
 import numpy as np
 import pytest
 
-from collector.env import make_vector_env
+from collector.envs.vector import make_vector_env
 from collector.rollout import RolloutWorker
-from replay.checkpoint import dump_table, load_table
 from replay.frames import FrameStackStorage, frame_capacity_for
+from replay.persist.checkpoint import dump_table, load_table
 from replay.storage import SchemaError
 from replay.table import ReplayTable
 

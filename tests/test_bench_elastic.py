@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from replay.items import ItemSet
-from replay.items import item_rows as rows
+from replay.persist.items import ItemSet
+from replay.persist.items import item_rows as rows
 from services.bench.elastic import rate, resize_seconds, size_key, targets_met
 
 

@@ -3,7 +3,7 @@ import logging
 
 import pytest
 
-from replay.npyio import CheckpointError, read_json
+from replay.persist.npyio import CheckpointError, read_json
 from services.checkpoints.store import CheckpointStore, latest_valid, verify
 
 

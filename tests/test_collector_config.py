@@ -3,7 +3,7 @@
 import pytest
 
 from collector.config import CollectorConfig
-from collector.env import is_factory_path
+from collector.envs.vector import is_factory_path
 
 
 @pytest.mark.parametrize(

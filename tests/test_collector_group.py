@@ -10,8 +10,8 @@ import pytest
 import ray
 import torch
 
-from collector.group import CollectorGroup, CollectorsPausedError
-from collector.hub import RolloutLostError
+from collector.manage.group import CollectorGroup, CollectorsPausedError
+from collector.manage.hub import RolloutLostError
 from collector.networks.q_mlp import ModelSpec
 from learner.receipts import PublishedWeights
 from replay.shard import remote_shard

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import torch
 
-from collector.env import env_seeds, make_vector_env
+from collector.envs.vector import env_seeds, make_vector_env
 from collector.networks.q_mlp import ModelSpec
 from collector.nstep import NStepBuffer
 from collector.rollout import RolloutWorker

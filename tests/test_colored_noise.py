@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from collector.env import extra_for
+from collector.envs.vector import extra_for
 from collector.networks.builders import NETWORKS, NetworkOptions, episode_steps
 from collector.networks.squashed import SquashedGaussianSpec
 from collector.noise import COLORS, ColoredNoise, colored_sequences

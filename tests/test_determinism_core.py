@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from replay.streams import COMPONENTS, stream_generator, stream_seed, stream_seeds
+from replay.sampling.streams import COMPONENTS, stream_generator, stream_seed, stream_seeds
 from services.config import ConfigError, config_from_dict
 
 DET = ["run.deterministic=true", "checkpoint.interval_s=0"]

@@ -1,6 +1,6 @@
 """The driver's rollouts in flight: free slots, overdue tickets, bounded bookkeeping (pure)."""
 
-from collector.restarts import DeathLedger
+from collector.manage.restarts import DeathLedger
 from services.driver.inflight import InFlight
 
 

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from collector.env import env_seeds
+from collector.envs.vector import env_seeds
 from services.config import ConfigError, load_config
 from services.driver.autoscale import offered
 from services.driver.elastic import Sizes, sized_config

@@ -12,8 +12,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from replay.checkpoint import load_table
-from replay.items import item_rows, take_items
+from replay.persist.checkpoint import load_table
+from replay.persist.items import item_rows, take_items
 from services.checkpoints.store import read_json
 from services.config import load_config
 from services.driver.controller import Controller

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from collector.env import make_vector_env
+from collector.envs.vector import make_vector_env
 from services.checkpoints.retention import BestCheckpointStore, checkpoint_score
 from services.config import ConfigError, load_config
 from services.config.spec import model_spec_for

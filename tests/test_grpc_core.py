@@ -11,7 +11,7 @@ from grpc_reflection.v1alpha.proto_reflection_descriptor_database import (
     ProtoReflectionDescriptorDatabase,
 )
 
-from collector.env import make_vector_env
+from collector.envs.vector import make_vector_env
 from collector.networks.q_mlp import ModelSpec
 from collector.rollout import RolloutWorker
 from replay.wire import experience_pb2 as pb

@@ -18,7 +18,7 @@ import grpc
 import numpy as np
 import pytest
 
-import replay.checkpoint
+import replay.persist.checkpoint
 import replay.table
 from replay.intake import start_intake_server
 from replay.table import ReplayTable
@@ -469,7 +469,7 @@ def test_callers_that_cannot_be_told_apart_start_their_writers_at_minus_one(shar
 
 def test_dedup_state_is_bounded_in_tables_and_their_checkpoints(monkeypatch, tmp_path):
     monkeypatch.setattr(replay.table, "MAX_WRITERS", 3)
-    monkeypatch.setattr(replay.checkpoint, "MAX_WRITERS", 3)
+    monkeypatch.setattr(replay.persist.checkpoint, "MAX_WRITERS", 3)
     table = ReplayTable(100, seed=0)
     batch = {"x": np.zeros((2, 1), np.float32)}
     for writer in ("a", "b", "c", "d"):
@@ -477,6 +477,6 @@ def test_dedup_state_is_bounded_in_tables_and_their_checkpoints(monkeypatch, tmp
     table.write(batch, "b", 1)  # b is the most recent now; a went first
     assert list(table._last) == ["c", "d", "b"]
     assert table.write(batch, "c", 0).duplicate  # kept writers still recognize retries
-    replay.checkpoint.dump_table(table, tmp_path / "t")
-    restored = replay.checkpoint.load_table(tmp_path / "t")
+    replay.persist.checkpoint.dump_table(table, tmp_path / "t")
+    restored = replay.persist.checkpoint.load_table(tmp_path / "t")
     assert list(restored._last) == ["c", "d", "b"]  # the same writers, in the same order

@@ -7,7 +7,7 @@ import torch
 
 from collector.networks.q_mlp import ModelSpec
 from learner.config import LearnerConfig
-from learner.group import LearnerGroup
+from learner.ranks.group import LearnerGroup
 from replay.shard import remote_shard
 from services.config import load_config
 from services.driver.controller import Controller

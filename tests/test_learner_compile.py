@@ -19,8 +19,8 @@ from collector.networks.cnn import PixelQSpec
 from collector.networks.q_mlp import ModelSpec
 from learner.config import LearnerConfig
 from learner.core import LearnerCore
-from learner.gpu_check import arrays as random_arrays
-from learner.group import LearnerGroup
+from learner.gpu.check import arrays as random_arrays
+from learner.ranks.group import LearnerGroup
 from replay.shard import remote_shard
 from services.config import ConfigError, load_config
 from tests.conftest import ROOT

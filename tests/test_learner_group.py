@@ -11,8 +11,8 @@ import torch
 
 from collector.networks.q_mlp import ModelSpec
 from learner.config import LearnerConfig
-from learner.gpu_check import arrays as random_arrays
-from learner.group import LearnerGroup, PendingRound
+from learner.gpu.check import arrays as random_arrays
+from learner.ranks.group import LearnerGroup, PendingRound
 from learner.receipts import ProtocolError, StaleGenerationError
 from learner.weights import WeightSchemaError, spec_schema
 from replay.shard import remote_shard
@@ -157,7 +157,7 @@ def test_disagreeing_receipts_fail_the_generation(ray_cluster, shards):
 
 
 def test_store_uses_a_free_requested_port_and_falls_back_from_a_taken_one(free_port):
-    from learner.rendezvous import open_store
+    from learner.ranks.rendezvous import open_store
 
     store = open_store("127.0.0.1", free_port, 1, timeout_s=5)
     assert store.port == free_port

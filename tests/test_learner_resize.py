@@ -11,9 +11,9 @@ import torch
 from collector.networks.q_mlp import ModelSpec
 from learner.config import LearnerConfig
 from learner.core import LearnerCore
-from learner.gpu_check import arrays as random_arrays
-from learner.resize import rank_stream_seed, states_for_world_size
-from replay.streams import stream_seed
+from learner.gpu.check import arrays as random_arrays
+from learner.ranks.resize import rank_stream_seed, states_for_world_size
+from replay.sampling.streams import stream_seed
 
 SPEC = ModelSpec(4, 2, (16, 16))
 CONFIG = LearnerConfig(
@@ -155,7 +155,7 @@ def shards(ray_cluster):
 
 
 def group_of(name, world_size, shards, generation):
-    from learner.group import LearnerGroup
+    from learner.ranks.group import LearnerGroup
 
     config = dataclasses.replace(CONFIG, world_size=world_size)
     return LearnerGroup(name, config, SPEC, shards, seed=11, generation=generation)

@@ -8,7 +8,7 @@ import torch
 from tensordict import TensorDict
 from torch import nn
 
-from collector.multiagent import ParallelVectorEnv
+from collector.envs.multiagent import ParallelVectorEnv
 from collector.networks.agents import AgentQSpec
 from collector.rollout import RolloutWorker
 from learner.core import LearnerCore

@@ -4,7 +4,7 @@ import numpy as np
 import torch
 
 from collector.advantages import gae
-from collector.env import make_vector_env
+from collector.envs.vector import make_vector_env
 from collector.networks.actor_critic import ActorCriticSpec
 from collector.onpolicy import OnPolicyTransform, OnPolicyWorker
 

@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from learner.core import LearnerCore
-from replay.npyio import CheckpointError
+from replay.persist.npyio import CheckpointError
 from services.checkpoints.store import CheckpointStore, write_json
 from services.config import load_config
 from services.config.spec import env_spaces, model_spec_for

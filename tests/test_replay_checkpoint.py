@@ -5,8 +5,8 @@ import json
 import numpy as np
 import pytest
 
-from replay.checkpoint import dump_table, load_table
-from replay.npyio import CheckpointError
+from replay.persist.checkpoint import dump_table, load_table
+from replay.persist.npyio import CheckpointError
 from replay.storage import SchemaError
 from replay.table import ReplayTable
 

@@ -4,9 +4,9 @@ import numpy as np
 import pytest
 
 from replay.health import shard_names
-from replay.prefetch import PrefetchQueue
-from replay.priorities import HeldUpdates
-from replay.sharding import PendingSample, merge_replies
+from replay.sampling.prefetch import PrefetchQueue
+from replay.sampling.priorities import HeldUpdates
+from replay.sampling.sharding import PendingSample, merge_replies
 
 
 def part(actions, probability=None):

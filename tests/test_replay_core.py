@@ -3,7 +3,7 @@ import pytest
 import torch
 
 from replay.config import ReplayConfig
-from replay.samplers import EmptyReplayError
+from replay.sampling.samplers import EmptyReplayError
 from replay.storage import CircularStorage, SchemaError
 from replay.table import ReplayTable
 

@@ -6,8 +6,8 @@ import ray
 
 from replay.client import ReplayClient
 from replay.config import ReplayConfig
-from replay.npyio import CheckpointError
-from replay.samplers import EmptyReplayError
+from replay.persist.npyio import CheckpointError
+from replay.sampling.samplers import EmptyReplayError
 from replay.shard import remote_shard, remote_shards
 from replay.storage import SchemaError
 

@@ -3,8 +3,8 @@
 import numpy as np
 import pytest
 
-from replay.samplers import EmptyReplayError, importance_weights
-from replay.sumtree import SumMinTree
+from replay.sampling.samplers import EmptyReplayError, importance_weights
+from replay.sampling.sumtree import SumMinTree
 from replay.table import ReplayTable
 
 

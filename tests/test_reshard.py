@@ -6,10 +6,10 @@ import zlib
 import numpy as np
 import pytest
 
-from replay.checkpoint import dump_table, load_table
-from replay.items import put_items, take_items
-from replay.npyio import CheckpointError
-from replay.reshard import deal, partition, reshard_checkpoint, reshard_tables
+from replay.persist.checkpoint import dump_table, load_table
+from replay.persist.items import put_items, take_items
+from replay.persist.npyio import CheckpointError
+from replay.persist.reshard import deal, partition, reshard_checkpoint, reshard_tables
 from replay.table import ReplayTable
 
 CAPACITY = 40

@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 import ray
 
-from replay.checkpoint import load_table
 from replay.client import ReplayClient
 from replay.config import ReplayConfig
-from replay.items import take_items
+from replay.persist.checkpoint import load_table
+from replay.persist.items import take_items
 from replay.shard import remote_shards
 
 

@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 import torch
 
-from collector.env import env_seeds, make_vector_env
+from collector.envs.vector import env_seeds, make_vector_env
 from collector.networks.actor_critic import ActorCriticSpec
 from collector.networks.q_mlp import EpsilonGreedy, ModelSpec
 from collector.rollout import RolloutWorker

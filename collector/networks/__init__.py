@@ -11,9 +11,9 @@ fulfils :class:`NetworkSpec`:
       ``act(obs, explore) -> (actions, extras)`` (extras: per-env arrays stored with each
       transition, e.g. ``log_prob`` and ``value``) and ``state_dict``/``load_state_dict`` for
       its RNG;
-    * optionally ``make_vector_env(...)`` (the arguments of :func:`collector.env.make_vector_env`)
-      when its policy needs another env interface (the multi-agent spec builds PettingZoo envs
-      wrapped by ``collector.multiagent``);
+    * optionally ``make_vector_env(...)`` (the arguments of
+      :func:`collector.envs.vector.make_vector_env`) when its policy needs another env interface
+      (the multi-agent spec builds PettingZoo envs wrapped by ``collector.envs.multiagent``);
     * ``family``: how losses and policies call its network (``q``, ``actor_critic``,
       ``squashed``, ``agents``; ``contracts``), read by ``learner.network`` and by loaded
       policies (``services.policy``).

@@ -2,7 +2,7 @@
 
 Every agent runs the same MLP on its own observation plus a one-hot of its agent index (so the
 shared network can still behave differently per agent), as in QMIX and VDN's parameter-sharing
-setups; with ``prev_action`` the env wrapper (``collector.multiagent``) has already appended
+setups; with ``prev_action`` the env wrapper (``collector.envs.multiagent``) has already appended
 the one-hot of the agent's previous action to its observation. The spec also says how the
 collector builds its envs (:meth:`AgentQSpec.make_vector_env`), since the multi-agent policy
 needs the wrapper's stacked agent fields.
@@ -18,7 +18,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from collector.multiagent import ParallelVectorEnv
+from collector.envs.multiagent import ParallelVectorEnv
 from collector.networks.common import DuelingHead, Explore, exploration, mlp_trunk
 
 
@@ -68,7 +68,7 @@ class AgentQSpec:
         hidden_sizes: Hidden widths of the shared MLP.
         dueling: Dueling heads.
         prev_action: Agents also see the one-hot of their previous action.
-        global_state: The wrapper's state source (``collector.multiagent.GLOBAL_STATES``).
+        global_state: The wrapper's state source (``collector.envs.multiagent.GLOBAL_STATES``).
     """
 
     obs_dim: int

@@ -75,7 +75,7 @@ def is_pixels(obs_space: gym.Space) -> bool:
 
 
 def is_agent_spaces(obs_space: gym.Space, action_space: gym.Space) -> bool:
-    """Whether the spaces are the multi-agent wrapper's (``collector.multiagent``).
+    """Whether the spaces are the multi-agent wrapper's (``collector.envs.multiagent``).
 
     That is a ``Dict`` with an ``observation`` entry ``[n_agents, obs]`` and ``MultiDiscrete``
     actions.
@@ -173,7 +173,7 @@ def episode_steps(env_id: str, default: int = 1000) -> int:
         >>> episode_steps("MountainCarContinuous-v0"), episode_steps("pkg.mod:make_env")
         (999, 1000)
     """
-    from collector.env import is_factory_path
+    from collector.envs.vector import is_factory_path
 
     if is_factory_path(env_id):
         return default

@@ -42,7 +42,7 @@ import time
 import numpy as np
 import ray
 
-from collector.group import remote_collector
+from collector.manage.group import remote_collector
 from collector.rig import (
     CollectorRig,
     RawLoops,
@@ -53,7 +53,7 @@ from collector.rig import (
 )
 from learner.bench import publish_to_use
 from learner.config import LearnerConfig
-from learner.group import LearnerGroup
+from learner.ranks.group import LearnerGroup
 from replay.local_ray import init_local_ray
 from replay.shard import remote_shard
 from services.bench.compiled import measure_compile

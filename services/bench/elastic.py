@@ -41,9 +41,9 @@ from pathlib import Path
 
 import ray
 
-from replay.checkpoint import load_table
-from replay.items import item_rows, take_items
 from replay.local_ray import init_local_ray
+from replay.persist.checkpoint import load_table
+from replay.persist.items import item_rows, take_items
 from services.checkpoints.store import read_json
 from services.config import load_config
 from services.grpc.client import RelayClient

@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 import ray
 
-from collector.multiagent import ParallelVectorEnv
+from collector.envs.multiagent import ParallelVectorEnv
 from replay.local_ray import init_local_ray
 
 ROOT = Path(__file__).resolve().parents[2]

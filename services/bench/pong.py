@@ -14,7 +14,7 @@ import time
 import numpy as np
 import torch
 
-from collector.env import env_seeds, make_vector_env
+from collector.envs.vector import env_seeds, make_vector_env
 from collector.networks.cnn import PixelQSpec
 from collector.rig import BenchTask
 from collector.rollout import RolloutWorker

@@ -1,7 +1,7 @@
 """The simulated fleet's actors for ``services.bench scale`` (light: no torch, no driver).
 
     * :class:`SimNode`: one actor playing a node's collectors and its rollout hub. It takes
-      the hub's calls (``submit`` / ``collect``, ``collector.hub``) and a collector's
+      the hub's calls (``submit`` / ``collect``, ``collector.manage.hub``) and a collector's
       ``rollout`` (for the direct path), runs each logical collector's rollouts one after
       another (``rollout_s`` each, jittered) and answers with real receipts
       (``RolloutReceipt``: replay write receipts, finished episodes, the policy version in
@@ -28,8 +28,8 @@ import time
 import numpy as np
 import ray
 
-from collector.completions import Finished
-from collector.hub import RolloutHub
+from collector.manage.completions import Finished
+from collector.manage.hub import RolloutHub
 from collector.receipts import RolloutReceipt
 from learner.receipts import StepReceipt
 from replay.receipts import WriteReceipt
@@ -68,7 +68,7 @@ class Program:
 class SimNode(RolloutHub):
     """Logical collectors ``first .. first + count - 1`` and their hub, in one actor.
 
-    The hub's side is the production :class:`~collector.hub.RolloutHub`'s (``collect``,
+    The hub's side is the production :class:`~collector.manage.hub.RolloutHub`'s (``collect``,
     ``exchange``); only ``submit`` schedules the rollouts here instead of calling collectors.
 
     Args:

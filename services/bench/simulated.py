@@ -6,7 +6,7 @@ simulated services instead of real ones, and nothing else; its loops, receipt ha
 accounting, fault checks, hooks and metrics are the shipped code. What is simulated answers
 with real messages at programmed rates (the actors are in :mod:`services.bench.simfleet`):
 
-    * :class:`SimulatedCollectors`: the production :class:`~collector.group.CollectorGroup`
+    * :class:`SimulatedCollectors`: the production :class:`~collector.manage.group.CollectorGroup`
       (rollout issue, weights hand-off, restart ledger, dispatch direct or through hubs) over
       many logical collectors per :class:`~services.bench.simfleet.SimNode`, so a thousand
       fit on a small machine; each node is its collectors' hub.
@@ -23,8 +23,8 @@ import dataclasses
 
 import ray
 
-from collector.group import CollectorGroup
-from learner.group import PendingRound
+from collector.manage.group import CollectorGroup
+from learner.ranks.group import PendingRound
 from learner.receipts import PublishedWeights, StepReceipt, verify_receipts
 from replay.client import ReplayClient
 from services.bench.simfleet import Program, SimLearner, SimNode, SimShard

@@ -8,8 +8,8 @@ its state; the driver writes those and its own counters, then the manifest, then
 Restore (:func:`restore_services`, :func:`restore_learners`): replay shards, then collectors,
 then driver counters, then learners as a new generation, then a forced weight publication;
 collection resumes when the loop starts. A checkpoint resumes at any size (#28): replay items
-are re-sharded (``replay.reshard``), any rank's learner state serves every new rank with RNG
-streams derived per new rank (``learner.resize``), and another fleet of collectors starts
+are re-sharded (``replay.persist.reshard``), any rank's learner state serves every new rank with RNG
+streams derived per new rank (``learner.ranks.resize``), and another fleet of collectors starts
 fresh with seeds derived from ``(seed, index, generation)``; frames, steps and versions continue
 from the driver's counters.
 
@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from replay.health import ShardUnavailableError
-from replay.npyio import CheckpointError
+from replay.persist.npyio import CheckpointError
 from services.checkpoints.resume import PINNED_FIELDS, check_compatible, resolve_resume
 from services.checkpoints.statefile import load_state, save_state
 from services.checkpoints.store import (
@@ -259,7 +259,7 @@ def restore_services(controller: CutView, checkpoint: Path) -> dict:
 
 def restore_learners(controller: CutView, checkpoint: Path) -> int:
     """Loads the learner states into the (new generation) group; returns the version."""
-    states = load_learner_states(checkpoint)  # any saved world size (learner.resize)
+    states = load_learner_states(checkpoint)  # any saved world size (learner.ranks.resize)
     version = controller.learners.load_state_dicts(states)
     counters = controller.counters
     counters.model_version = version

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from replay.npyio import CheckpointError
+from replay.persist.npyio import CheckpointError
 
 ARRAY = "__array__"
 

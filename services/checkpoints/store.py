@@ -28,7 +28,7 @@ import time
 import uuid
 from pathlib import Path
 
-from replay.npyio import CheckpointError, fsync_dir
+from replay.persist.npyio import CheckpointError, fsync_dir
 
 logger = logging.getLogger(__name__)
 

@@ -4,7 +4,7 @@
 only in ``learner.marl.mixer``; they share the off-policy loop, the ``marl`` loss
 (``learner.losses.marl``), the ``agents`` network (``collector.networks.builders``: per-agent
 epsilon-greedy over one parameter-shared agent network, ``collector.networks.agents``), and the
-env wrapper (``collector.multiagent``). This module holds what the recipes and their checks
+env wrapper (``collector.envs.multiagent``). This module holds what the recipes and their checks
 call: the defaults (Spread, ``simple_spread_v3`` from ``mpe2``), the refusals and the env's
 spaces.
 """
@@ -15,14 +15,14 @@ import importlib.util
 
 import gymnasium as gym
 
-from collector.env import is_factory_path
-from collector.multiagent import (
+from collector.envs.multiagent import (
     EXTRA,
     agent_layout,
     has_pettingzoo,
     make_parallel_env,
     vector_spaces,
 )
+from collector.envs.vector import is_factory_path
 from collector.networks.builders import is_agent_spaces
 
 SPREAD = "mpe2.simple_spread_v3:parallel_env"

@@ -15,7 +15,7 @@ import os
 
 import gymnasium as gym
 
-from collector.env import is_factory_path, missing_extra_hint, resolve_factory
+from collector.envs.vector import is_factory_path, missing_extra_hint, resolve_factory
 from collector.networks.builders import NETWORKS, NetworkOptions
 from services.config import multiagent
 from services.config.checks import check_spaces

@@ -2,7 +2,7 @@
 
 The controller reserves the services' placement group (``services.driver.placement``), starts
 the replay shards (``replay.shard.remote_shards``) and the collectors in it, and meanwhile the
-learner group (its own placement group, ``learner/placement.py``) in a helper thread; a failed
+learner group (its own placement group, ``learner/ranks/placement.py``) in a helper thread; a failed
 learner generation is replaced by a new group (``services.checkpoints.cut.recover_learners``).
 Every actor carries a Ray name in namespace ``relayrl``: ``<run id>.replay-<i>``,
 ``<run id>.collector-<i>``, ``<run id>.learner-<rank>``.
@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from collector.group import CollectorGroup
-from learner.group import LearnerGroup
+from collector.manage.group import CollectorGroup
+from learner.ranks.group import LearnerGroup
 from services.config import RunConfig
 from services.config.recipes import Algorithm
 

@@ -23,9 +23,9 @@ from typing import Any
 
 import ray
 
-from collector.completions import Finished
-from collector.group import CollectorGroup
-from learner.group import LearnerGroup, PendingRound
+from collector.manage.completions import Finished
+from collector.manage.group import CollectorGroup
+from learner.ranks.group import LearnerGroup, PendingRound
 from learner.receipts import ProtocolError, PublishedWeights, StepReceipt
 from replay.client import ReplayClient
 from replay.shard import remote_shards
@@ -334,7 +334,7 @@ class Controller:
         """Waits for a rollout or the learner round, then counts what finished.
 
         Its cost is that of what finished: rollouts come back through the collector group's
-        completion queue (``collector.completions``), never from a scan of all in flight.
+        completion queue (``collector.manage.completions``), never from a scan of all in flight.
 
         Returns:
             False when nothing was in flight.

@@ -2,8 +2,8 @@
 
 Each size changes at the boundary where that is safe, and the frame count stays exact:
 
-* **collectors** (``collector.fleet``): joining collectors start at once and are admitted at a
-  later loop boundary, once they answer; the others never pause. A leaving collector gets no
+* **collectors** (``collector.manage.fleet``): joining collectors start at once and are admitted at
+  a later loop boundary, once they answer; the others never pause. A leaving collector gets no
   new rollout, the ones it has in flight are counted as they finish, then it is retired. The
   highest indices leave first; an index is never reused, so seeds never repeat.
 * **replay shards**: at a loop boundary, with the in-flight rollouts counted, the learner
@@ -32,7 +32,7 @@ from concurrent.futures import Future
 
 import ray
 
-from collector.fleet import Fleet
+from collector.manage.fleet import Fleet
 from replay.shard import remote_shard
 from services.checkpoints.cut import drain
 from services.config import ConfigError, RunConfig

@@ -3,8 +3,8 @@
 Every run reserves what its services ask for before it starts them: one bundle per collector
 (``{"CPU": collector.num_cpus}``) and per replay shard (``{"CPU": replay.num_cpus}``), in one
 placement group named ``<run id>.services`` (strategy ``SPREAD``: best effort across nodes).
-The learner ranks reserve their own group (``learner/placement.py``). On a shared cluster a run
-therefore either gets all of its services or waits for them; one that cannot be placed within
+The learner ranks reserve their own group (``learner/ranks/placement.py``). On a shared cluster a
+run therefore either gets all of its services or waits for them; one that cannot be placed within
 ``learner.setup_timeout_s`` fails with a :class:`PlacementError` that names what it asked for
 and what the cluster has (total and free), instead of hanging with half of its actors started.
 

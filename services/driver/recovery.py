@@ -24,12 +24,12 @@ from typing import TYPE_CHECKING
 
 import ray
 
-from collector.env import EnvError
-from collector.hub import RolloutLostError
+from collector.envs.vector import EnvError
+from collector.manage.hub import RolloutLostError
 from services.driver.faults import ComponentFailure, CrashLoop, ShardMonitor, ShardRestart, where
 
 if TYPE_CHECKING:
-    from collector.completions import Finished
+    from collector.manage.completions import Finished
     from collector.receipts import RolloutReceipt
     from services.driver.views import RecoveryView
 

@@ -28,9 +28,9 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 if TYPE_CHECKING:
     from pathlib import Path
 
-    from collector.group import CollectorGroup
+    from collector.manage.group import CollectorGroup
     from collector.networks import NetworkSpec
-    from learner.group import LearnerGroup, PendingRound
+    from learner.ranks.group import LearnerGroup, PendingRound
     from learner.receipts import PublishedWeights
     from replay.client import ReplayClient
     from replay.wire.batches import ExternalReceipt

@@ -42,7 +42,7 @@ def make_evaluation_envs(
         env_id: A gymnasium id or ``module:function`` factory.
         num_envs: Envs stepped side by side.
         env_kwargs: Keyword arguments of ``env_id``.
-        wrap: ``wrap(env, index)`` around each gymnasium sub-env (``collector.env``).
+        wrap: ``wrap(env, index)`` around each gymnasium sub-env (``collector.envs.vector``).
 
     Raises:
         ValueError: If ``wrap`` is given for envs the spec builds itself.
@@ -51,6 +51,6 @@ def make_evaluation_envs(
         if wrap is not None:
             raise ValueError(f"{env_id}: its envs are not gymnasium envs and cannot be wrapped")
         return model_spec.make_vector_env(env_id, num_envs, env_kwargs=env_kwargs)
-    from collector.env import make_vector_env  # gymnasium: imported where envs are made
+    from collector.envs.vector import make_vector_env  # gymnasium: imported where envs are made
 
     return make_vector_env(env_id, num_envs, env_kwargs=env_kwargs, wrap=wrap)

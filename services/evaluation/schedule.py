@@ -161,7 +161,7 @@ def episode_quotas(episodes: int, num_envs: int) -> list[int]:
 def evaluation_seeds(seed: int, num_envs: int) -> list[int]:
     """The reset seeds of an evaluation's ``num_envs`` envs for a run of ``seed``.
 
-    A stream of its own, apart from every collector's (``collector.env.env_seeds``).
+    A stream of its own, apart from every collector's (``collector.envs.vector.env_seeds``).
 
     Examples:
         >>> evaluation_seeds(0, 2) == evaluation_seeds(0, 2) != evaluation_seeds(1, 2)

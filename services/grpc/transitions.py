@@ -6,7 +6,7 @@ from collections.abc import Mapping
 
 import gymnasium as gym
 
-from collector.env import is_factory_path, resolve_factory
+from collector.envs.vector import is_factory_path, resolve_factory
 from replay.wire.batches import TransitionSpec, transition_spec
 
 

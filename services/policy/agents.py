@@ -2,7 +2,7 @@
 
 The agent network (``collector.networks.agents``) reads each agent's observation, followed, with
 ``learner.marl.prev_action``, by the one-hot of that agent's previous action, and appends the
-one-hot of the agent's index itself. The multi-agent env wrapper (``collector.multiagent``)
+one-hot of the agent's index itself. The multi-agent env wrapper (``collector.envs.multiagent``)
 returns ``{"observation": [n, n_agents, width], "state": ...}`` with the previous actions
 already in; :class:`AgentFeatures` takes that, the bare array, or one step's agent observations
 ``[n_agents, obs_dim]`` without them, and then keeps the previous actions itself (zeros after

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import torch
 
-from replay.npyio import CheckpointError
+from replay.persist.npyio import CheckpointError
 from services.checkpoints.cut import load_learner_states
 from services.checkpoints.resume import find_checkpoint
 from services.checkpoints.store import read_json

@@ -89,7 +89,7 @@ def init_ray(*configs: RunConfig) -> None:
         return
     gpus = sum(c.learner.world_size * c.learner.resources_per_rank.get("GPU", 0) for c in configs)
     # Every process of the embedded cluster inherits the collectors' inline-write limit, so
-    # collectors start in prestarted workers instead of dedicated ones (see collector.group).
+    # collectors start in prestarted workers instead of dedicated ones (see collector.manage.group).
     os.environ.update(INLINE_WRITE_ENV)
     # A signal to the driver's process group spares the cluster; another cluster on the machine
     # holding Ray's fixed agent port does not delay the start (replay.local_ray).

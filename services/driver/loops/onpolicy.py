@@ -23,8 +23,8 @@ from __future__ import annotations
 
 import logging
 
+from learner.ranks.sampling import EpochPlan
 from learner.receipts import ProtocolError
-from learner.sampling import EpochPlan
 
 logger = logging.getLogger(__name__)
 

@@ -9,7 +9,7 @@ from ray.util.placement_group import PlacementGroup, placement_group, remove_pla
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from learner.config import LearnerConfig
-from learner.rank import LearnerRank
+from learner.ranks.rank import LearnerRank
 
 
 def actor_resources(resources: dict) -> dict:

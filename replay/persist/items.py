@@ -6,8 +6,8 @@ whether it is still to be handed out in the current pass (FIFO), its age (``writ
 table's write count minus its insertion id) and where it came from. :func:`take_items` copies a
 table's items out, oldest first; :func:`put_items` stores them into another table as new
 writes, exactly: masses are set to the carried ones (no ``priority ** alpha`` round trip) and
-FIFO items still pending join the current pass. ``replay.reshard`` deals them over new shards.
-Frame-deduplicated tables (``replay.frames``) share frames between items and are refused.
+FIFO items still pending join the current pass. ``replay.persist.reshard`` deals them over new
+shards. Frame-deduplicated tables (``replay.frames``) share frames between items and are refused.
 
 Examples:
     >>> old = ReplayTable(4, sampler="prioritized", seed=0)
@@ -26,7 +26,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from replay.frames import FrameStackStorage
-from replay.samplers import FifoSampler, PrioritizedSampler
+from replay.sampling.samplers import FifoSampler, PrioritizedSampler
 from replay.storage import SchemaError
 from replay.table import ReplayTable
 

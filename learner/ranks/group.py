@@ -14,8 +14,10 @@ from ray.util.placement_group import remove_placement_group
 
 from learner.config import LearnerConfig
 from learner.losses import loss_factory_for
-from learner.placement import place_ranks
 from learner.plugins import check_stepper
+from learner.ranks.placement import place_ranks
+from learner.ranks.rendezvous import join_ranks
+from learner.ranks.resize import states_for_world_size
 from learner.receipts import (
     ProtocolError,
     PublishedWeights,
@@ -23,12 +25,10 @@ from learner.receipts import (
     StepReceipt,
     verify_receipts,
 )
-from learner.rendezvous import join_ranks
-from learner.resize import states_for_world_size
 from learner.weights import Schema, check_schema, spec_schema
 
 if TYPE_CHECKING:
-    from learner.sampling import EpochPlan
+    from learner.ranks.sampling import EpochPlan
 
 logger = logging.getLogger(__name__)
 
@@ -74,7 +74,7 @@ class LearnerGroup:
         stepper_factory: Overrides ``config.stepper``: ``factory(loss_module, config)``.
         policy_schema: Expected ``{name: (shape, dtype)}`` of the published weights; default the
             schema of ``model_spec.build()``.
-        deterministic: ``run.deterministic`` (see :class:`learner.rank.LearnerRank`).
+        deterministic: ``run.deterministic`` (see :class:`learner.ranks.rank.LearnerRank`).
 
     Raises:
         ValueError: If the loss or stepper cannot be resolved (before any actor starts).
@@ -328,7 +328,7 @@ class LearnerGroup:
 
         States of this group's world size are restored rank by rank (each rank continues its
         own RNG streams). States of another world size go through
-        :func:`learner.resize.states_for_world_size`: rank 0's model, targets, stepper and
+        :func:`learner.ranks.resize.states_for_world_size`: rank 0's model, targets, stepper and
         version serve every rank, with RNG streams derived from this group's seed, generation
         and each rank.
 

@@ -3,7 +3,7 @@
 One Ray call costs the driver about as much CPU as a few hundred receipts' worth of counting
 (``docs/benchmarks.md``), so a driver that calls every collector itself saturates long before a
 fleet of a thousand collectors does. Past ``collector.aggregate_min_collectors`` collectors the
-:class:`~collector.group.CollectorGroup` starts a :class:`RolloutHub` on each node that runs
+:class:`~collector.manage.group.CollectorGroup` starts a :class:`RolloutHub` on each node that runs
 collectors, and rollouts travel through it:
 
     driver --submit(orders)--> hub --rollout()--> each collector on its node
@@ -38,7 +38,7 @@ from collections.abc import Sequence
 
 import ray
 
-from collector.completions import Completions, Finished
+from collector.manage.completions import Completions, Finished
 
 # (ticket, collector index, frames, exploration, weights or None)
 Order = tuple[int, int, int, object, object]

@@ -12,8 +12,8 @@ A table's directory holds:
   size and CRC-32.
 
 Loading checks each file against ``table.json`` and raises
-:class:`replay.npyio.CheckpointError` naming the file that is missing, truncated or corrupt. The
-sampling trees are rebuilt from their leaves, which reproduces them bit for bit, so a restored
+:class:`replay.persist.npyio.CheckpointError` naming the file that is missing, truncated or corrupt.
+The sampling trees are rebuilt from their leaves, which reproduces them bit for bit, so a restored
 table holds the same contents, priorities and counters and draws the same next samples.
 """
 
@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from replay.frames import FrameStackStorage
-from replay.npyio import (
+from replay.persist.npyio import (
     CheckpointError,
     fsync_dir,
     read_array,

@@ -1,4 +1,4 @@
-"""Collectors joining and leaving a running :class:`~collector.group.CollectorGroup`.
+"""Collectors joining and leaving a running :class:`~collector.manage.group.CollectorGroup`.
 
 Live resizes (``Control/Scale``, ``collector.num_collectors: auto``) change the fleet without
 pausing the collectors that stay:

@@ -37,7 +37,7 @@ class Finished:
     """The outcome of one rollout call.
 
     Attributes:
-        ticket: What :meth:`collector.group.CollectorGroup.rollout` returned for it.
+        ticket: What :meth:`collector.manage.group.CollectorGroup.rollout` returned for it.
         index: The collector that ran it.
         receipt: Its ``RolloutReceipt`` when it succeeded.
         error: What it raised otherwise (``RayActorError``: the collector died; a

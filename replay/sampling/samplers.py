@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from replay.sumtree import SumMinTree
+from replay.sampling.sumtree import SumMinTree
 
 # Priorities below this are raised to it, so that every stored item keeps a positive mass.
 MIN_PRIORITY = 1e-10

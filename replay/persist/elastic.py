@@ -1,4 +1,4 @@
-"""A replay service that changes its number of shards: the Ray side of ``replay.reshard``.
+"""A replay service that changes its number of shards: the Ray side of ``replay.persist.reshard``.
 
 :func:`load_resharded` loads a checkpoint of another number of shards (re-sharded by the caller's
 process into a hidden sibling directory, which every shard then reads); :func:`move_items`
@@ -16,8 +16,8 @@ from pathlib import Path
 import ray
 
 from replay.health import ShardView, shard_names
-from replay.reshard import partition, reshard_checkpoint
-from replay.streams import stream_seed
+from replay.persist.reshard import partition, reshard_checkpoint
+from replay.sampling.streams import stream_seed
 
 logger = logging.getLogger(__name__)
 
@@ -42,7 +42,8 @@ def load_resharded(
     afterwards, also on failure. Returns each shard's stats after the load.
 
     Raises:
-        replay.npyio.CheckpointError: Naming an old file that is missing, truncated or corrupt.
+        replay.persist.npyio.CheckpointError: Naming an old file that is missing, truncated or
+        corrupt.
         ValueError: If the replay is frame-deduplicated.
     """
     num_new = len(view.shards)

@@ -1,4 +1,4 @@
-"""GPU checks of the algorithm losses: ``python -m learner.gpu_algorithms`` on a CUDA machine.
+"""GPU checks of the algorithm losses: ``python -m learner.gpu.algorithms`` on a CUDA machine.
 
 Needs torch and tensordict only (no Ray, no gymnasium), so it runs on an accelerator image that
 lacks the rest of the stack. For each loss (dueling double DQN, PPO, A2C, REINFORCE, SAC) a

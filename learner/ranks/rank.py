@@ -16,15 +16,15 @@ import torch.distributed as dist
 
 from learner.config import LearnerConfig
 from learner.determinism import deterministic_kernels, state_digest
+from learner.ranks.rendezvous import open_store
 from learner.receipts import StaleGenerationError, StepReceipt
-from learner.rendezvous import open_store
 from learner.weights import Schema, tensor_schema
 from replay.client import ReplayClient
-from replay.streams import stream_seed
+from replay.sampling.streams import stream_seed
 
 if TYPE_CHECKING:  # loaded by join(), in the rank's process: the driver imports this class
     from learner.core import LearnerCore  # (tensordict, and torch._dynamo through it)
-    from learner.sampling import EpochPlan, RankSampler
+    from learner.ranks.sampling import EpochPlan, RankSampler
 
 logger = logging.getLogger(__name__)
 
@@ -52,7 +52,7 @@ class LearnerRank:
         loss_factory: Overrides ``config.loss`` (``factory(policy_network, config)``).
         stepper_factory: Overrides ``config.stepper`` (``factory(loss_module, config)``).
         deterministic: ``run.deterministic``: deterministic kernels
-            (``learner.determinism``), seeds from ``replay.streams`` (``init`` for the
+            (``learner.determinism``), seeds from ``replay.sampling.streams`` (``init`` for the
             network, ``shuffle`` per rank), no prefetch, every round's sample drawn after the
             driver's commit from streams named ``(rank, version)``, and every priority update
             staged in the shards before the round's receipt.
@@ -112,7 +112,7 @@ class LearnerRank:
         from torch.nn.parallel import DistributedDataParallel
 
         from learner.core import LearnerCore
-        from learner.sampling import RankSampler
+        from learner.ranks.sampling import RankSampler
 
         config = self.config
         if address.startswith("127."):
@@ -363,7 +363,7 @@ class LearnerRank:
         """Restores :meth:`state_dict` of the same rank; returns the restored version.
 
         Raises:
-            ValueError: If the state belongs to another rank or world size (``learner.resize``).
+            ValueError: If the state belongs to another rank or world size (``resize``).
         """
         meta = state.get("meta", {})
         if meta.get("world_size") != self.config.world_size or meta.get("rank") != self.rank:

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 import numpy as np
 import ray
 
-from replay.samplers import EmptyReplayError
+from replay.sampling.samplers import EmptyReplayError
 
 
 @dataclasses.dataclass

@@ -1,8 +1,8 @@
 """Re-sharding a replay service: every stored item moves into exactly one table of a new set.
 
 A resumed run may have another number of shards than its checkpoint, and a live run may add or
-remove shards. The items travel as a :class:`replay.items.ItemSet`: the stored columns (policy
-version, n-step fields and the like are ordinary columns and travel untouched), each item's
+remove shards. The items travel as a :class:`replay.persist.items.ItemSet`: the stored columns
+(policy version, n-step fields and the like are ordinary columns and travel untouched), each item's
 priority mass (prioritized), whether it is still to be handed out in the current pass (FIFO),
 and its age (``writes_ago``: the table's write count minus the item's insertion id).
 
@@ -44,10 +44,10 @@ from pathlib import Path
 
 import numpy as np
 
-from replay.checkpoint import dump_table, load_table
-from replay.items import ItemSet, put_items, take_items
+from replay.persist.checkpoint import dump_table, load_table
+from replay.persist.items import ItemSet, put_items, take_items
 from replay.receipts import WriteReceipt
-from replay.samplers import FifoSampler
+from replay.sampling.samplers import FifoSampler
 from replay.table import MAX_WRITERS, ReplayTable
 
 __all__ = [
@@ -258,7 +258,8 @@ def reshard_checkpoint(
         ``{"items_before", "items_after", "dropped"}``.
 
     Raises:
-        replay.npyio.CheckpointError: Naming an old file that is missing, truncated or corrupt.
+        replay.persist.npyio.CheckpointError: Naming an old file that is missing, truncated or
+        corrupt.
         ValueError: If the replay is frame-deduplicated (see :func:`reshard_tables`).
     """
     tables = [load_table(Path(src) / f"replay-{i}") for i in range(num_old)]

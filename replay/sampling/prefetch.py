@@ -12,7 +12,7 @@ import collections
 
 import numpy as np
 
-from replay.sharding import PendingSample, split_group
+from replay.sampling.sharding import PendingSample, split_group
 
 
 class PrefetchQueue:

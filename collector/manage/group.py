@@ -9,11 +9,11 @@ from typing import Any
 
 import ray
 
-from collector.completions import Completions, Finished
-from collector.dispatch import DirectDispatch
-from collector.hub import HubDispatch, HubDown, RolloutLostError, start_hubs
-from collector.remote import remote_collector
-from collector.restarts import DeathLedger
+from collector.manage.completions import Completions, Finished
+from collector.manage.dispatch import DirectDispatch
+from collector.manage.hub import HubDispatch, HubDown, RolloutLostError, start_hubs
+from collector.manage.remote import remote_collector
+from collector.manage.restarts import DeathLedger
 
 logger = logging.getLogger(__name__)
 
@@ -35,9 +35,10 @@ class CollectorGroup:
     newest weights it has seen with that collector's next rollout.
 
     Rollouts: :meth:`rollout` returns a ticket, :meth:`completed` the rollouts that finished
-    (:class:`~collector.completions.Finished`, each once, under its ticket), at a cost that does
-    not grow with the rollouts in flight. With ``aggregate`` they travel through one
-    :class:`~collector.hub.RolloutHub` per node, batched both ways (``collector.dispatch``).
+    (:class:`~collector.manage.completions.Finished`, each once, under its ticket), at a cost that
+    does not grow with the rollouts in flight. With ``aggregate`` they travel through one
+    :class:`~collector.manage.hub.RolloutHub` per node, batched both ways
+    (``collector.manage.dispatch``).
 
     Pause barrier: :meth:`pause` refuses new rollouts, waits until every rollout this group
     started has finished (a finished rollout's write is acknowledged: receipts come back only
@@ -122,7 +123,9 @@ class CollectorGroup:
                 scheduling_strategy=strategy,
             )
 
-        self.spawn = spawn  # collector.fleet starts collectors joining a running group with it
+        self.spawn = (
+            spawn  # collector.manage.fleet starts collectors joining a running group with it
+        )
         self.actors = [spawn(i, scheduling[i], generation) for i in range(num_collectors)]
         self._init_state(run_name, aggregate=aggregate)
 
@@ -158,7 +161,7 @@ class CollectorGroup:
     def wait_ready(self, timeout: float = 120.0) -> None:
         """Blocks until every collector answers (envs built, policy ready); notes their nodes.
 
-        With ``aggregate``, then starts one :class:`~collector.hub.RolloutHub` per node that
+        With ``aggregate``, then starts one :class:`~collector.manage.hub.RolloutHub` per node that
         runs collectors, and rollouts travel through them from here on.
         """
         live = self.live()
@@ -217,8 +220,8 @@ class CollectorGroup:
         """Rollouts that finished: waits up to ``timeout`` seconds for the first one.
 
         Costs what finished, not what is in flight. Each rollout comes back once, as a
-        :class:`~collector.completions.Finished` under its ticket: a receipt, or the error that
-        lost it (a dead collector, an env error, a lost hub).
+        :class:`~collector.manage.completions.Finished` under its ticket: a receipt, or the error
+        that lost it (a dead collector, an env error, a lost hub).
         """
         if self._taken:
             taken, self._taken = self._taken, []

@@ -12,7 +12,7 @@ import numpy as np
 import torch
 
 from replay.client import ReplayClient
-from replay.samplers import EmptyReplayError
+from replay.sampling.samplers import EmptyReplayError
 
 if TYPE_CHECKING:  # annotations only: the driver plans epochs without importing tensordict
     from tensordict import TensorDict
@@ -88,7 +88,7 @@ class RankSampler:
         """Returns ``num_steps`` batches of ``per_step`` items and requests the next round's.
 
         Raises:
-            replay.samplers.EmptyReplayError: If every shard is empty.
+            replay.sampling.samplers.EmptyReplayError: If every shard is empty.
         """
         batches = self._prepared()[:num_steps]
         if len(batches) < num_steps:
@@ -117,7 +117,7 @@ class RankSampler:
             ``version - policy_version`` among the items.
 
         Raises:
-            replay.samplers.EmptyReplayError: If every shard is empty.
+            replay.sampling.samplers.EmptyReplayError: If every shard is empty.
         """
         arrays = self.client.sample(plan.items)
         lag = int(version - arrays["policy_version"].min()) if "policy_version" in arrays else 0

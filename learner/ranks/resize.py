@@ -13,8 +13,8 @@ all ranks. What differs between ranks is only randomness and transient sampling 
 
 So rank 0's state serves every new rank, and each new rank gets RNG streams of its own,
 derived from the run seed, the new group's generation and the new rank in the style of
-:mod:`replay.streams` (component ``shuffle``, index the rank, key ``(RESIZE, part)``): no two
-ranks share a stream, and a later resume (a higher generation) gets fresh ones. A state set of
+:mod:`replay.sampling.streams` (component ``shuffle``, index the rank, key ``(RESIZE, part)``): no
+two ranks share a stream, and a later resume (a higher generation) gets fresh ones. A state set of
 the group's own world size passes through unchanged (bit-exact RNG continuation).
 
 Examples:
@@ -39,7 +39,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import torch
 
-from replay.streams import stream_seed
+from replay.sampling.streams import stream_seed
 
 RESIZE = 2  # stream key tag: a rank's resize streams (join's seeds use keys () and (1,))
 PARTS = {"torch": 1, "cuda": 2, "replay": 3}  # non-zero: trailing zeros alias in SeedSequence

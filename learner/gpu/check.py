@@ -1,4 +1,4 @@
-"""GPU checks of the learner: ``python -m learner.gpu_check`` on a machine with CUDA.
+"""GPU checks of the learner: ``python -m learner.gpu.check`` on a machine with CUDA.
 
 The CPU test suite cannot reach the GPU paths (``cuda:0`` per rank, nccl, autocast on CUDA, the
 fp16 GradScaler on CUDA), so this script exercises them and prints one JSON line::
@@ -28,7 +28,7 @@ from tensordict import TensorDict
 from collector.networks.q_mlp import ModelSpec
 from learner.config import LearnerConfig
 from learner.core import LearnerCore
-from learner.group import LearnerGroup
+from learner.ranks.group import LearnerGroup
 from replay.local_ray import init_local_ray
 from replay.shard import remote_shard
 

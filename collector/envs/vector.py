@@ -198,7 +198,7 @@ def env_seeds(
             epoch (whole-episode rollouts reset with ``stream=1`` and the rollout's number).
         generation: 0 for a run's first collectors; collectors started by a resumed run at
             another size, or added to a running one, use the run's learner generation, so
-            their env streams differ from every earlier collector's (``collector.fleet``).
+            their env streams differ from every earlier collector's (``collector.manage.fleet``).
     """
     entropy = [run_seed, collector_id] if epoch == 0 else [run_seed, collector_id, epoch]
     if stream:

@@ -39,7 +39,7 @@ import gymnasium as gym
 import numpy as np
 
 from collector.config import GLOBAL_STATES
-from collector.env import is_factory_path, resolve_factory
+from collector.envs.vector import is_factory_path, resolve_factory
 
 EXTRA = 'pip install "relayrl[marl]"'
 

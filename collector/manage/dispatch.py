@@ -1,16 +1,16 @@
 """How rollout calls reach the collectors and their receipts come back (driver side).
 
 Two ways, one interface (``send`` returns a ticket, ``flush`` sends what is queued, finished
-rollouts arrive in a :class:`~collector.completions.Completions` queue):
+rollouts arrive in a :class:`~collector.manage.completions.Completions` queue):
 
     * :class:`DirectDispatch`: one Ray call per rollout from the driver to the collector; its
       ticket is the call's ``ObjectRef``. Right for small fleets: nothing between the driver
       and its collectors.
-    * :class:`~collector.hub.HubDispatch`: orders and receipts batched through one
-      :class:`~collector.hub.RolloutHub` per node; tickets are integers. Right for large
+    * :class:`~collector.manage.hub.HubDispatch`: orders and receipts batched through one
+      :class:`~collector.manage.hub.RolloutHub` per node; tickets are integers. Right for large
       fleets, where one Ray call per receipt would saturate the driver.
 
-:class:`~collector.group.CollectorGroup` picks one (``aggregate``) and keeps the rest of its
+:class:`~collector.manage.group.CollectorGroup` picks one (``aggregate``) and keeps the rest of its
 logic (weights, restarts, the pause barrier) the same for both.
 """
 
@@ -20,7 +20,7 @@ from collections.abc import Sequence
 
 import ray
 
-from collector.completions import Completions, Finished
+from collector.manage.completions import Completions, Finished
 
 
 class DirectDispatch:

@@ -18,10 +18,10 @@ import numpy as np
 import ray
 
 from replay.health import ShardView, shard_names
-from replay.prefetch import PrefetchQueue
-from replay.priorities import PriorityRouter
-from replay.samplers import EmptyReplayError
-from replay.sharding import PendingSample, fifo_split, merge_replies, shares_of
+from replay.sampling.prefetch import PrefetchQueue
+from replay.sampling.priorities import PriorityRouter
+from replay.sampling.samplers import EmptyReplayError
+from replay.sampling.sharding import PendingSample, fifo_split, merge_replies, shares_of
 
 
 class SampleFetcher:

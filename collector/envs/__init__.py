@@ -1,0 +1,11 @@
+"""The collectors' environments: vector envs, multi-agent envs, episodes, frame streams.
+
+    * ``vector``: vector envs in gymnasium's ``NEXT_STEP`` (off-policy) or ``SAME_STEP``
+      (on-policy) autoreset mode, from a gymnasium id or a ``module:function`` factory; the
+      per-env seeds (:func:`env_seeds`); :class:`EnvError`.
+    * ``multiagent``: :class:`ParallelVectorEnv`, PettingZoo parallel envs as one vector env.
+    * ``episodes``: :class:`EpisodeTracker`, per-env returns and lengths across rollouts.
+    * ``framestream``: observations written as frame streams for a frame-deduplicated replay.
+
+Atari's factory stays at ``collector.atari:make_atari`` (configs name it as their env id).
+"""
