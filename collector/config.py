@@ -6,8 +6,9 @@ import dataclasses
 import os
 from typing import Any
 
-from collector.envs.vector import VECTOR_MODES
 from collector.noise import COLORS
+
+VECTOR_MODES = ("sync", "async")  # collector.vector_mode (collector.envs.vector)
 
 EPSILON_SCHEDULES = ("linear", "apex")
 GLOBAL_STATES = ("auto", "env", "observations", "none")

@@ -10,7 +10,8 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-VECTOR_MODES = ("sync", "async")
+from collector.config import VECTOR_MODES
+
 # Gymnasium env families whose dependencies are relayrl extras (pyproject.toml), by the module
 # of their entry point.
 ENV_EXTRAS = {"gymnasium.envs.box2d.": "box2d", "gymnasium.envs.mujoco.": "mujoco"}
