@@ -1,7 +1,7 @@
 """A checkpoint resumes at any size: collectors, envs, replay shards and learner ranks (real Ray).
 
-One small prioritized DQN run writes a checkpoint at 2 collectors x 2 envs, 2 shards, 1 rank;
-each case resumes it at other sizes, alone and together, and checks exactly what was saved:
+One small prioritized DQN run writes a checkpoint at 2 collectors x 2 envs, 2 shards, 2 ranks;
+each case resumes it at other sizes, each size up and down alone, then all up and all down, and checks exactly what was saved:
 every replay item (all columns) with its priority mass, the driver's counters, versions, and
 every new rank's parameters. Two cases train on and check that frames stay exact (every stored
 transition counted once). PPO resumes at another size as an on-policy run.
@@ -28,7 +28,8 @@ BASE = [
     "learner.update_priorities=true",
     "controller.init_random_frames=300",
     "controller.utd_ratio=0.25",
-    "learner.global_batch_size=32",
+    "learner.global_batch_size=48",
+    "learner.world_size=2",
     "metrics.enabled=false",
 ]
 
@@ -39,7 +40,7 @@ def stored_rows(directory, num_shards: int) -> list[bytes]:
 
 @pytest.fixture(scope="module")
 def dqn_checkpoint(ray_cluster, tmp_path_factory):
-    """A 2x2 / 2 shards / 1 rank DQN checkpoint, its counters, items and parameters."""
+    """A 2x2 / 2 shards / 2 ranks DQN checkpoint, its counters, items and parameters."""
     root = tmp_path_factory.mktemp("elastic") / "ckpts"
     config = load_config(
         overrides=[
@@ -63,10 +64,13 @@ def dqn_checkpoint(ray_cluster, tmp_path_factory):
 
 # (collectors, envs, shards, world size), and whether to train on after the checks
 SIZES = {
-    "more-collectors": (3, 2, 2, 1, False),
-    "fewer-shards": (2, 2, 1, 1, False),
-    "more-ranks": (2, 2, 2, 2, False),
-    "all-up": (3, 2, 3, 2, True),
+    "more-collectors": (3, 2, 2, 2, False),
+    "fewer-collectors": (1, 2, 2, 2, False),
+    "more-shards": (2, 2, 3, 2, False),
+    "fewer-shards": (2, 2, 1, 2, False),
+    "more-ranks": (2, 2, 2, 3, False),
+    "fewer-ranks": (2, 2, 2, 1, False),
+    "all-up": (3, 2, 3, 3, True),
     "all-down-other-envs": (1, 4, 1, 1, True),
 }
 
