@@ -138,7 +138,9 @@ def frames_of(progress_line: str) -> int:
 
 
 @pytest.mark.slow
-def test_ppo_stopped_with_sigterm_resumes_its_iterations_and_lr_schedule(tmp_path):
+def test_ppo_stopped_with_sigterm_resumes_at_another_size_with_its_iterations_and_lr_schedule(
+    tmp_path,
+):
     run_dir = tmp_path / "run"
     args = [
         "--config",
@@ -184,12 +186,17 @@ def test_ppo_stopped_with_sigterm_resumes_its_iterations_and_lr_schedule(tmp_pat
         *args[4:],
         "--set",
         f"controller.total_frames={stopped['frames'] + 5120}",
+        # at another size (#28): 4 collectors (batches of 1,024) and 2 learner ranks
+        "--set",
+        "collector.num_collectors=4",
+        "--set",
+        "learner.world_size=2",
         "--resume",
         stopped["checkpoint"],
     )
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     summary = json.loads(resumed.stdout.strip().splitlines()[-1])
-    assert summary["iteration"] == stopped["iteration"] + 10  # 5,120 frames of 512
+    assert summary["iteration"] == stopped["iteration"] + 5  # 5,120 frames of 1,024
     assert summary["model_version"] == summary["iteration"] * 40
     assert summary["generation"] == stopped["generation"] + 1
     records = [json.loads(line) for line in (tmp_path / "resumed" / "metrics.jsonl").open()]

@@ -157,7 +157,7 @@ def head():
 
 
 @pytest.mark.slow
-def test_job_stop_leaves_a_checkpoint_that_resume_continues(head, storage_root):
+def test_a_stopped_job_resumes_at_two_ranks_beside_a_fresh_job_each_apart(head, storage_root):
     # No run.dir: the job writes under the storage root (RELAYRL_STORAGE, the test's), never
     # inside its working directory, and a second job resumes from the printed run directory.
     job_id = head.submit(
@@ -192,18 +192,52 @@ def test_job_stop_leaves_a_checkpoint_that_resume_continues(head, storage_root):
     assert str(checkpoint) == summary["checkpoint"]
     assert manifest["counters"]["collected_frames"] == summary["frames"]
 
-    resumed = head.submit(
+    # Two jobs at once: the resume of the stopped one (at two learner ranks: #28, progress every
+    # second) and the default config as a new user submits it (one run name, one working
+    # directory). Each succeeds and keeps to its own run directory and rotation.
+    budget = [
+        "--set",
+        "controller.total_frames=3000",
+        "--set",
+        "checkpoint.interval_frames=1000",
+        "--set",
+        "checkpoint.keep=2",
+    ]
+    resume = [
         "--resume",
         summary["run_dir"],
         "--set",
         f"controller.total_frames={summary['frames'] + 2000}",
+    ]
+    more = ["--set", "learner.world_size=2", "--set", "controller.log_interval_s=1"]
+    job_ids = [head.submit(*resume, *more), head.submit(*budget)]
+    statuses = [head.wait(job) for job in job_ids]
+    logs = [head.logs(job) for job in job_ids]
+    assert statuses == ["SUCCEEDED"] * 2, [log[-2000:] for log in logs]
+    assert re.search(r"^frames [\d,]+/[\d,]+ \|", logs[0], re.M), logs[0][-2000:]
+    final, fresh = (
+        json.loads([line for line in log.splitlines() if line.startswith("{")][-1]) for log in logs
     )
-    assert head.wait(resumed) == "SUCCEEDED", head.logs(resumed)[-3000:]
-    final = json.loads([ln for ln in head.logs(resumed).splitlines() if ln.startswith("{")][-1])
     assert final["frames"] >= summary["frames"] + 2000
     assert final["optim_steps"] > summary["optim_steps"] and final["generation"] == 1
     assert Path(final["run_dir"]).parent == storage_root and final["run_id"] != summary["run_id"]
     assert latest_valid(Path(final["run_dir"]) / "checkpoints")[0] == Path(final["checkpoint"])
+    assert len({summary["run_id"], final["run_id"], fresh["run_id"]}) == 3
+    assert final["run_dir"] != fresh["run_dir"]
+    for done, job_id in ((final, job_ids[0]), (fresh, job_ids[1])):
+        run_dir = Path(done["run_dir"])
+        assert run_dir.name == done["run_id"]
+        assert done["run_id"].endswith(job_id[-6:].lower())  # token from the submission id
+        newest, manifest = latest_valid(run_dir / "checkpoints")
+        assert str(newest) == done["checkpoint"]
+        assert manifest["counters"]["collected_frames"] == done["frames"]
+        records = (run_dir / "metrics.jsonl").read_text().splitlines()
+        assert records and json.loads(records[-1])["frames"] == done["frames"]
+    assert fresh["frames"] >= 3000 and fresh["optim_steps"] > 0
+    rotation = sorted((Path(fresh["run_dir"]) / "checkpoints").glob("ckpt-*"))
+    assert len(rotation) == 2  # its own rotation of keep=2, untouched by the others
+    for checkpoint in rotation:
+        verify(checkpoint)
 
 
 @pytest.mark.slow
@@ -214,47 +248,6 @@ def test_a_job_refuses_run_data_inside_its_working_directory(head):
     assert "exit code 2" in status.stdout + status.stderr  # refused as an invalid config
     logs = head.logs(job_id)
     assert "invalid config: run.storage:" in logs and "working directory" in logs, logs[-2000:]
-
-
-@pytest.mark.slow
-def test_two_jobs_of_the_default_config_at_once_stay_apart(head):
-    # The default config, as a new user submits it: one run name, one working directory.
-    # Each job succeeds, logs progress, and keeps to its own run directory and rotation.
-    budget = [
-        "--set",
-        "controller.total_frames=3000",
-        "--set",
-        "checkpoint.interval_frames=1000",
-        "--set",
-        "checkpoint.keep=2",
-    ]
-    # The second job also runs two learner ranks and logs progress every second.
-    more = ["--set", "learner.world_size=2", "--set", "controller.log_interval_s=1"]
-    job_ids = [head.submit(*budget), head.submit(*budget, *more)]
-    statuses = [head.wait(job_id) for job_id in job_ids]
-    logs = [head.logs(job_id) for job_id in job_ids]
-    assert statuses == ["SUCCEEDED"] * 2, [log[-2000:] for log in logs]
-    assert re.search(r"^frames [\d,]+/3,000 \|", logs[1], re.M), logs[1][-2000:]
-    summaries = [
-        json.loads([line for line in log.splitlines() if line.startswith("{")][-1]) for log in logs
-    ]
-    run_ids = {s["run_id"] for s in summaries}
-    run_dirs = {Path(s["run_dir"]) for s in summaries}
-    assert len(run_ids) == 2 and len(run_dirs) == 2
-    for summary, job_id in zip(summaries, job_ids, strict=True):
-        run_dir = Path(summary["run_dir"])
-        assert run_dir.name == summary["run_id"]
-        assert summary["run_id"].endswith(job_id[-6:].lower())  # token from the submission id
-        assert summary["frames"] >= 3000 and summary["optim_steps"] > 0
-        rotation = sorted((run_dir / "checkpoints").glob("ckpt-*"))
-        assert len(rotation) == 2  # its own rotation of keep=2, untouched by the others
-        for checkpoint in rotation:
-            verify(checkpoint)
-        newest, manifest = latest_valid(run_dir / "checkpoints")
-        assert str(newest) == summary["checkpoint"]
-        assert manifest["counters"]["collected_frames"] == summary["frames"]
-        records = (run_dir / "metrics.jsonl").read_text().splitlines()
-        assert records and json.loads(records[-1])["frames"] == summary["frames"]
 
 
 def test_manifests_parse_and_name_what_exists():

@@ -12,7 +12,8 @@ from learner.losses.dqn import DQNLoss
 from learner.losses.torchrl_loss import TorchRLLoss, torchrl_loss
 from services.config import ConfigError, load_config
 from services.config.spec import model_spec_for
-from tests.conftest import PYTHON, ROOT, cli_env, run_cli
+from services.run.launch import prepare_run
+from tests.conftest import PYTHON, ROOT, cli_env
 
 CONFIG = "deploy/configs/cartpole_dqn_torchrl.yaml"
 
@@ -112,18 +113,10 @@ def test_torchrl_losses_relayrl_cannot_build_are_refused(override, field):
         load_config(CONFIG, [override])
 
 
-@pytest.mark.slow
-def test_the_one_line_config_trains_cartpole_with_torchrls_dqn_loss(tmp_path):
-    result = run_cli(
-        "--config",
-        CONFIG,
-        "--set",
-        "controller.total_frames=20000",
-        "--set",
-        f"run.dir={tmp_path / 'run'}",
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    summary = json.loads(result.stdout.strip().splitlines()[-1])
+def test_the_one_line_config_trains_cartpole_with_torchrls_dqn_loss(ray_cluster, tmp_path):
+    # In process on the shared Ray (the CLI's own path is tested by tests/test_cli.py).
+    config = load_config(CONFIG, ["controller.total_frames=20000", f"run.dir={tmp_path / 'run'}"])
+    summary = prepare_run(config).execute()
     assert summary["optim_steps"] > 0 and summary["frames"] >= 20000
     # A random policy averages about 22 on CartPole; one-step DQN's running mean swings (at
     # 20 k frames it measured best 122-187, final 107-130 here), so the test asks for its best
