@@ -16,6 +16,7 @@ import urllib.request
 import grpc
 import pytest
 
+from services.bench.hostile import transitions
 from services.config import load_config
 from services.grpc.client import RelayClient
 from services.observe.runlog import read_events
@@ -79,6 +80,11 @@ def test_sizes_change_live_with_exact_frames(ray_cluster, tmp_path, free_port):
         assert (wider.num_collectors, wider.num_shards, wider.world_size) == (3, 2, 2)
         wait_gauge(run.exporter.url, "learner_world_size", "current", 2.0)
         wait_gauge(run.exporter.url, "replay_shards", "target", 2.0)
+        # An external actor's inserts (the driver's path; a writer's batches take turns over
+        # the shards in runs of 8) reach the added shard.
+        reply = client.insert([transitions(32, seed) for seed in range(16)])
+        assert reply.frames_counted == 16 * 32
+        assert {r.shard_id for r in reply.receipts} == {0, 1}
         with pytest.raises(grpc.RpcError) as refused:  # 32 is not divisible by 3 ranks
             client.scale(world_size=3)
         assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
@@ -89,6 +95,8 @@ def test_sizes_change_live_with_exact_frames(ray_cluster, tmp_path, free_port):
         assert code == 0
         shrunk = client.status()
         assert len(shrunk.replay) == 1
+        reply = client.insert([transitions(32, seed) for seed in range(16, 26)])  # 1 is gone
+        assert reply.frames_counted == 10 * 32 and {r.shard_id for r in reply.receipts} == {0}
         deadline = time.monotonic() + 60  # collection goes on at 1/1/1
         while client.status().frames <= shrunk.frames:
             assert time.monotonic() < deadline, "no frames collected after the shrink"

@@ -20,7 +20,9 @@ or from the cluster (``collector.num_collectors: auto``, ``services.driver.autos
 resize is logged with its cause, kept in :attr:`Elastic.events` and emitted to the ``resize``
 hook (``metrics.jsonl`` records, Prometheus ``relayrl_collectors``, ``relayrl_replay_shards``
 and ``relayrl_learner_world_size``). A deterministic run (``run.deterministic``) keeps its
-sizes (they shape its bits); resume its checkpoint at another size instead.
+sizes (they shape its bits), and so do the shards of a run whose external actors write to them
+directly (``grpc.direct_writes``); resume its checkpoint at another size instead. External
+actors' driver-path inserts follow the new shard list (``services.grpc.insert``).
 """
 
 from __future__ import annotations
@@ -195,6 +197,11 @@ class Elastic:
             raise ConfigError(
                 "collector.num_collectors: a run with collector.aggregate keeps its fleet size "
                 "while it runs; resume its checkpoint at the new size"
+            )
+        if want.shards != current.shards and config.grpc.direct_writes:
+            raise ConfigError(
+                "replay.num_shards: with grpc.direct_writes external actors write to each "
+                "shard's own address; resume the run's checkpoint at the new shard count"
             )
         if want.shards != current.shards and config.replay.frame_stack:
             raise ConfigError(

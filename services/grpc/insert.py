@@ -84,12 +84,21 @@ class ReplayRoute:
 
     def __init__(self, inbox: Inbox, shared_bytes: int = 0) -> None:
         self.inbox = inbox
-        self.replay = ReplayClient(inbox.shards)
         self.shared = SharedBlocks(max_bytes=shared_bytes) if shared_bytes else None
-        self.local = [False] * len(inbox.shards)
+        self.source = None
+        self._follow()
+
+    def _follow(self) -> None:
+        """Routes to the run's current shards (a live resize replaces the inbox's list)."""
+        shards = self.inbox.shards
+        if shards is self.source:
+            return
+        self.source = shards
+        self.replay = ReplayClient(shards)
+        self.local = [False] * len(shards)
         if self.shared is not None:
             here = ray.get_runtime_context().get_node_id()
-            nodes = ray.get([shard.node_id.remote() for shard in inbox.shards], timeout=60)
+            nodes = ray.get([shard.node_id.remote() for shard in shards], timeout=60)
             self.local = [node == here for node in nodes]
 
     def shard_of(self, writer: str, seq: int) -> int:
@@ -98,6 +107,7 @@ class ReplayRoute:
 
     def send(self, items: list[Pending]) -> list[concurrent.futures.Future]:
         """One call per shard (and per way) for ``items``; returns the calls' futures."""
+        self._follow()
         groups: dict[tuple[int, bool], list] = collections.defaultdict(list)
         for item in items:
             index = self.shard_of(item.writer, item.seq)
