@@ -41,6 +41,8 @@ from services.config import ConfigError, RunConfig
 
 logger = logging.getLogger(__name__)
 
+JOIN_TIMEOUT_S = 120.0  # longest an on-policy boundary waits for joining collectors
+
 
 @dataclasses.dataclass(frozen=True)
 class Sizes:
@@ -242,7 +244,10 @@ class Elastic:
         c = self.controller
         if self.follow is not None:
             self.follow.step()
-        for index in self.fleet.admit(0):
+        # Lockstep (on-policy): an iteration's batch is every collector's rollout, so a boundary
+        # waits for the joining ones (collection is paused between iterations anyway).
+        wait = JOIN_TIMEOUT_S if c.algorithm.on_policy and self.fleet.joining else 0
+        for index in self.fleet.admit(wait):
             c.inflight.grow(index)
         for index in list(self.leaving):
             if c.inflight.per_collector[index] == 0 or c.collectors.actors[index] is None:
