@@ -3,7 +3,8 @@
 Each size changes at the boundary where that is safe, and the frame count stays exact:
 
 * **collectors** (``collector.manage.fleet``): joining collectors start at once and are admitted at
-  a later loop boundary, once they answer; the others never pause. A leaving collector gets no
+  a later loop boundary, once they answer; the others never pause (the lockstep on-policy loop
+  waits for them at its iteration boundary: its batch is every collector's). A leaving one gets no
   new rollout, the ones it has in flight are counted as they finish, then it is retired. The
   highest indices leave first; an index is never reused, so seeds never repeat.
 * **replay shards**: at a loop boundary, with the in-flight rollouts counted, the learner
