@@ -186,11 +186,9 @@ def test_ppo_stopped_with_sigterm_resumes_at_another_size_with_its_iterations_an
         *args[4:],
         "--set",
         f"controller.total_frames={stopped['frames'] + 5120}",
-        # at another size (#28): 4 collectors (batches of 1,024) and 2 learner ranks
+        # at another size (#28): 4 collectors, so batches of 1,024
         "--set",
         "collector.num_collectors=4",
-        "--set",
-        "learner.world_size=2",
         "--resume",
         stopped["checkpoint"],
     )

@@ -4,8 +4,9 @@ One small prioritized DQN run writes a checkpoint at 2 collectors x 2 envs, 2 sh
 each case resumes it at other sizes, each size up and down alone, then all up and all down, and
 checks exactly what was saved: every replay item (all columns) with its priority mass, the driver's
 counters, versions, and every new rank's parameters. The all-down case trains on and checks that
-frames stay exact (every stored transition counted once). SAC resumes at other sizes too; PPO
-(on-policy) in ``tests/test_algorithms_run.py``, QMIX in ``tests/test_marl_run.py``.
+frames stay exact (every stored transition counted once). Other algorithms resume at other
+sizes in their own tests: PPO (on-policy) in ``tests/test_algorithms_run.py``, SAC in
+``tests/test_user_networks_run.py``, QMIX in ``tests/test_marl_run.py``.
 """
 
 from __future__ import annotations
@@ -118,67 +119,3 @@ def test_dqn_checkpoint_resumes_at_other_sizes(dqn_checkpoint, tmp_path, case):
             assert writes == c.transitions  # each stored transition counted once
     finally:
         resumed.shutdown()
-
-
-def test_sac_resumes_at_other_sizes(ray_cluster, tmp_path):
-    """SAC (actor, twin critics, targets, temperature): 2/2/1 -> 3 collectors, 1 shard, 2 ranks."""
-    common = [
-        "learner.hidden_sizes=[32, 32]",
-        "learner.global_batch_size=32",
-        "collector.envs_per_collector=2",
-        "collector.rollout_frames=64",
-        "controller.init_random_frames=256",
-        "controller.utd_ratio=0.25",
-        "controller.stop_return=null",
-        "metrics.enabled=false",
-    ]
-    path = "deploy/configs/pendulum_sac.yaml"
-    first = Controller(
-        load_config(
-            path,
-            [
-                "run.name=el-sac-a",
-                *common,
-                "collector.num_collectors=2",
-                "replay.num_shards=2",
-                "controller.total_frames=512",
-                f"checkpoint.dir={tmp_path / 'a'}",
-            ],
-        )
-    )
-    try:
-        first.setup()
-        first.train()
-        saved = read_json(first.last_checkpoint / "driver.json")["counters"]
-        state = first.learners.state_dicts()[0]["loss"]
-    finally:
-        first.shutdown()
-    config = load_config(
-        path,
-        [
-            "run.name=el-sac-b",
-            *common,
-            "collector.num_collectors=3",
-            "replay.num_shards=1",
-            "learner.world_size=2",
-            "controller.total_frames=768",
-            f"checkpoint.dir={tmp_path / 'b'}",
-        ],
-    )
-    second = Controller(config, resume_from=first.last_checkpoint)
-    try:
-        second.setup()
-        c = second.counters
-        assert (c.collected_frames, c.optim_steps) == (
-            saved["collected_frames"],
-            saved["optim_steps"],
-        )
-        assert sum(s["size"] for s in second.replay.stats()) == saved["transitions"]
-        for rank_state in second.learners.state_dicts():  # every network, temperature included
-            for name, value in state.items():
-                assert torch.equal(rank_state["loss"][name], value), name
-        second.train()
-        assert second.counters.collected_frames >= 768
-        assert second.counters.model_version > saved["optim_steps"]
-    finally:
-        second.shutdown()

@@ -2,7 +2,8 @@
 
 For DQN (a residual MLP), PPO (a shared-torso actor-critic) and SAC (an actor with its own
 critic): half the budget, a checkpoint, a resume for the other half (a new learner
-generation), a greedy evaluation above random play; then ``load_policy`` replays that
+generation; SAC's at other sizes, its restored state checked), a greedy evaluation above random
+play; then ``load_policy`` replays that
 evaluation exactly, and the policy's pt2 and ONNX files match ``act`` (tests/test_policy.py runs
 such files in an interpreter without relayrl).
 """
@@ -12,8 +13,10 @@ from __future__ import annotations
 import json
 
 import pytest
+import torch
 
 from services import export as export_command
+from services.checkpoints.store import latest_valid
 from services.config import load_config
 from services.driver.controller import Controller
 from services.evaluation.evaluator import EvaluationRunner
@@ -27,6 +30,9 @@ EXAMPLES = "tests.network_examples"
 
 # Fewer actor processes: each one imports torch as it starts.
 ONE_OF_EACH = ["collector.num_collectors=1", "replay.num_shards=1"]
+
+# SAC's resume runs at other sizes (#28): more collectors and shards (ranks: test_elastic_resume).
+RESIZED = ["collector.num_collectors=2", "replay.num_shards=2"]
 
 # (config, factory, frames, greedy return above random play, overrides)
 CASES = {
@@ -54,9 +60,11 @@ CASES = {
 }
 
 
-def run(config, **kwargs) -> tuple[dict, dict]:
+def run(config, on_setup=None, **kwargs) -> tuple[dict, dict]:
     """Runs a controller to its end; returns its summary and its final evaluation's record."""
     controller = Controller(config, **kwargs)
+    if on_setup is not None:
+        controller.register("setup", on_setup)
     if config.evaluation.enabled:
         EvaluationRunner(config, controller).attach()  # as services.run.launch does
     try:
@@ -90,9 +98,20 @@ def test_a_user_network_trains_resumes_loads_and_exports(ray_cluster, tmp_path, 
             f"controller.total_frames={frames}",
             f"checkpoint.dir={tmp_path / 'b'}",
             "evaluation.interval_frames=1000000000",  # only the end-of-run evaluation
+            *(RESIZED if name == "sac" else []),
         ],
     )
-    summary, evaluation = run(rest, resume_from=tmp_path / "a")
+    restored = []  # each rank's state right after the restore
+    summary, evaluation = run(
+        rest,
+        resume_from=tmp_path / "a",
+        on_setup=lambda c: restored.extend(c.learners.state_dicts()),
+    )
+    if name == "sac":  # resumed at other sizes: every network and the temperature restored
+        saved = torch.load(latest_valid(tmp_path / "a")[0] / "learner-0.pt", weights_only=True)
+        assert len(restored) == 1
+        for state in restored:
+            assert all(torch.equal(state["loss"][k], v) for k, v in saved["loss"].items())
     assert summary["generation"] == first["generation"] + 1  # resumed: a new learner generation
     assert summary["model_version"] > first["model_version"] and summary["frames"] >= frames
     assert evaluation["version"] == summary["published_version"]
