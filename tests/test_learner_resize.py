@@ -218,11 +218,8 @@ def test_two_ranks_restore_into_one_and_three_and_one_into_two(shards):
 
 
 def test_set_shards_switches_every_rank_to_the_new_shards(shards):
-    from replay.client import ReplayClient
     from replay.shard import remote_shard
 
-    if not hasattr(ReplayClient, "set_shards"):
-        pytest.skip("ReplayClient.set_shards is not there yet (replay/ lands it separately)")
     fresh = remote_shard("resize-new", 0, 1000, seed=9)
     ray.get(fresh.write.remote(random_arrays(200, 9), "writer", 0))
     group = group_of("resize-shards", 2, shards, generation=0)
