@@ -228,7 +228,7 @@ _ENTRIES = (
         "pong-ppo-smoke",
         "pong_ppo.yaml",
         -19.0,
-        2_000_000,
+        5_000_000,
         Reference(
             None,
             -20.7,
