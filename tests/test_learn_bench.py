@@ -29,7 +29,7 @@ def test_the_cpu_suite_is_the_issue_s_and_full_holds_everything():
     cpu = {entry.name for entry in suite("cpu")}
     assert {e.name for e in suite("full")} == set(ENTRIES)
     assert {"cartpole-dqn", "cartpole-ppo", "cartpole-a2c", "cartpole-reinforce"} <= cpu
-    assert {"lunarlander-dqn", "lunarlander-ppo", "mountaincar-sac", "pong-ppo-smoke"} <= cpu
+    assert {"lunarlander-dqn", "lunarlander-ppo", "mountaincar-sac", "pong-dqn-smoke"} <= cpu
     assert not any("gpu" in ENTRIES[name].config for name in cpu)
     with pytest.raises(ValueError, match="--suite"):
         suite("gpu")
@@ -79,7 +79,7 @@ def test_the_summary_counts_seeds_that_reached_and_compares_with_the_reference(t
     assert learn.summarize(entry, fake_runs([None]), 10)["vs_reference"] is None
     path = plot_entry(entry, runs, tmp_path)
     assert path == tmp_path / "lunarlander-ppo.png" and path.stat().st_size > 10_000
-    smoke = plot_entry(ENTRIES["pong-ppo-smoke"], fake_runs([None]), tmp_path)  # return only
+    smoke = plot_entry(ENTRIES["pong-dqn-smoke"], fake_runs([None]), tmp_path)  # return only
     assert smoke.exists()
 
 

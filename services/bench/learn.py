@@ -18,8 +18,13 @@ threshold and the reference marked (:mod:`services.bench.learn_plot`), written u
 ``report.json`` (the entries so far). A run that fails or times out counts as not reached, its
 error under ``errors``, and the bench goes on.
 
+``--parallel K`` runs K seeds of an entry at once (each its own process and local Ray): on a
+machine with cores to spare, where one run does not use them all; ``wall_s`` then includes the
+sharing.
+
 Examples:
     python -m services.bench learn --suite cpu --seeds 3
+    python -m services.bench learn --entries pong-dqn-smoke --seeds 3 --parallel 3
     python -m services.bench learn --entries cartpole-ppo --seeds 1 --frames 4096
 """
 
@@ -31,7 +36,9 @@ import signal
 import statistics
 import subprocess
 import sys
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from services.bench.learn_plot import plot_entry
@@ -108,20 +115,35 @@ def run_cli(command: list[str], timeout: float) -> tuple[str, str, int]:
     process = subprocess.Popen(
         command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
-    previous = signal.signal(signal.SIGTERM, _raise_interrupt)
+    RUNNING.add(process)
+    main = threading.current_thread() is threading.main_thread()  # else the caller's handler
+    previous = signal.signal(signal.SIGTERM, _raise_interrupt) if main else None
     try:
         stdout, stderr = process.communicate(timeout=timeout)
     except BaseException:  # TimeoutExpired, KeyboardInterrupt: stop the run, then go on raising
-        process.terminate()
-        try:
-            process.communicate(timeout=60)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.communicate()
+        stop_run(process)
         raise
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        RUNNING.discard(process)
+        if main:
+            signal.signal(signal.SIGTERM, previous)
     return stdout, stderr, process.returncode
+
+
+def stop_run(process: subprocess.Popen) -> None:
+    """Stops a CLI run cleanly (SIGTERM: final checkpoint and shutdown), killing it after 60 s."""
+    if process.poll() is not None:
+        return
+    process.terminate()
+    try:
+        process.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.communicate()
+
+
+# CLI runs in progress (``--parallel`` runs several at once, each waited for by its own thread).
+RUNNING: set[subprocess.Popen] = set()
 
 
 def _raise_interrupt(signum, frame) -> None:
@@ -227,6 +249,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, help="directory for plots and run directories")
     parser.add_argument("--timeout", type=float, default=1800.0, help="seconds per run at most")
     parser.add_argument(
+        "--parallel",
+        type=int,
+        default=1,
+        help="seeds of an entry run at once (each run is its own process and local Ray)",
+    )
+    parser.add_argument(
         "--set",
         action="append",
         default=[],
@@ -262,8 +290,8 @@ def run_entries(entries: list[Entry], args: argparse.Namespace, out: Path) -> di
     report = {}
     for entry in entries:
         frames = min(entry.frame_budget, args.frames or entry.frame_budget)
-        runs = []
-        for seed in range(args.seeds):
+
+        def seed_run(seed: int, entry: Entry = entry, frames: int = frames) -> dict:
             try:
                 run = run_once(
                     entry, seed, out / "runs", frames, timeout=args.timeout, extra=tuple(args.set)
@@ -272,11 +300,38 @@ def run_entries(entries: list[Entry], args: argparse.Namespace, out: Path) -> di
                 run = failed_run(seed, err)
             shown = {k: v for k, v in run.items() if k not in ("curve", "run_dir")}
             print(f"{entry.name} seed {seed}: {json.dumps(shown)}", file=sys.stderr, flush=True)
-            runs.append(run)
+            return run
+
+        runs = run_seeds(seed_run, args.seeds, getattr(args, "parallel", 1))
         report[entry.name] = summarize(entry, runs, frames)
         report[entry.name]["plot"] = str(plot_entry(entry, runs, out))
         (out / "report.json").write_text(json.dumps(report, indent=1))  # so far, if stopped
     return report
+
+
+def run_seeds(seed_run, seeds: int, parallel: int) -> list[dict]:
+    """``seed_run(seed)`` for seeds ``0..seeds-1``, ``parallel`` at a time; results in seed order.
+
+    With ``parallel`` above 1 each run waits in a thread of its own; Ctrl-C or SIGTERM of the
+    bench stops every run in progress cleanly before the bench exits.
+    """
+    if parallel <= 1:
+        return [seed_run(seed) for seed in range(seeds)]
+    previous = signal.signal(signal.SIGTERM, _raise_interrupt)
+    pool = ThreadPoolExecutor(parallel, thread_name_prefix="seed")
+    futures = []
+    try:
+        futures = [pool.submit(seed_run, seed) for seed in range(seeds)]
+        return [future.result() for future in futures]
+    except BaseException:
+        for future in futures:
+            future.cancel()
+        for process in list(RUNNING):
+            stop_run(process)
+        raise
+    finally:
+        pool.shutdown(wait=True)
+        signal.signal(signal.SIGTERM, previous)
 
 
 def failed_run(seed: int, err: Exception) -> dict:

@@ -225,10 +225,10 @@ _ENTRIES = (
     ),
     # Pong: a CPU smoke to a return above random play, and the full runs.
     Entry(
-        "pong-ppo-smoke",
-        "pong_ppo.yaml",
+        "pong-dqn-smoke",
+        "pong_dqn_small.yaml",
         -19.0,
-        5_000_000,
+        1_000_000,
         Reference(
             None,
             -20.7,
