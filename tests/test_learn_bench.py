@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -139,3 +143,39 @@ def test_the_bench_runs_an_entry_to_its_budget_and_plots_it(tmp_path):
     assert "cartpole-ppo seed 0:" in result.stderr
     (run_dir,) = (tmp_path / "runs").iterdir()
     assert learn.read_curve(run_dir)[-1][0] >= 1024
+
+
+def test_parallel_seeds_come_back_in_seed_order_and_a_sigterm_stops_every_run(tmp_path):
+    started = []
+
+    def seed_run(seed):
+        started.append(seed)
+        return {"seed": seed}
+
+    assert learn.run_seeds(seed_run, 3, parallel=2) == [{"seed": s} for s in range(3)]
+    assert sorted(started) == [0, 1, 2]
+
+    # Two real runs that would take 60 s; a SIGTERM to the bench stops both at once.
+    def slow_run(seed):
+        pid_file = tmp_path / f"run-{seed}.pid"
+        sleeper = "import os, sys, time; open(sys.argv[1], 'w').write(str(os.getpid()));"
+        sleeper += " time.sleep(60)"
+        learn.run_cli([PYTHON, "-c", sleeper, str(pid_file)], timeout=120)
+        return {"seed": seed}
+
+    def terminate_when_both_run():
+        while len(list(tmp_path.glob("*.pid"))) < 2 or any(
+            not f.read_text() for f in tmp_path.glob("*.pid")
+        ):
+            time.sleep(0.05)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    threading.Thread(target=terminate_when_both_run, daemon=True).start()
+    begun = time.monotonic()
+    with pytest.raises(KeyboardInterrupt):
+        learn.run_seeds(slow_run, 2, parallel=2)
+    assert time.monotonic() - begun < 30  # not the runs' 60 s
+    assert not learn.RUNNING
+    for pid_file in tmp_path.glob("*.pid"):
+        with pytest.raises(ProcessLookupError):  # exited and reaped
+            os.kill(int(pid_file.read_text()), 0)

@@ -309,6 +309,20 @@ def run_entries(entries: list[Entry], args: argparse.Namespace, out: Path) -> di
     return report
 
 
+def stop_all(grace_s: float = 60.0) -> None:
+    """SIGTERM to every CLI run in progress, SIGKILL to those still running after ``grace_s``."""
+    running = list(RUNNING)
+    for process in running:
+        if process.poll() is None:
+            process.terminate()
+    deadline = time.monotonic() + grace_s
+    for process in running:
+        try:
+            process.wait(timeout=max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            process.kill()
+
+
 def run_seeds(seed_run, seeds: int, parallel: int) -> list[dict]:
     """``seed_run(seed)`` for seeds ``0..seeds-1``, ``parallel`` at a time; results in seed order.
 
@@ -326,8 +340,7 @@ def run_seeds(seed_run, seeds: int, parallel: int) -> list[dict]:
     except BaseException:
         for future in futures:
             future.cancel()
-        for process in list(RUNNING):
-            stop_run(process)
+        stop_all()  # each run's own thread reads its output until it exits
         raise
     finally:
         pool.shutdown(wait=True)
