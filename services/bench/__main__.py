@@ -17,6 +17,7 @@ SUBCOMMANDS = (
     "scale",
     "determinism",
     "elastic",
+    "startup",
 )
 
 
