@@ -39,14 +39,17 @@ STARTED_ELSEWHERE = {
 }
 # Built in process only (a start adds nothing the others do not): the external-actor config
 # (no collectors; the gRPC run tests drive one), the multi-node and GPU configs (16 collectors,
-# GPUs; CartPole DQN and the Pong configs start), CartPole DQN with two ranks (test_learner_group
-# runs two), and the pairings of an env and a loop that start elsewhere (LunarLander: DQN here,
-# PPO by the learn bench; Hopper: SAC here, Gaussian PPO on MountainCar here).
+# GPUs; CartPole DQN and the Pong configs start), the small Pong DQN (pong_dqn.yaml's path
+# starts in test_atari_run; the learn bench runs it), CartPole DQN with two ranks
+# (test_learner_group runs two), and the pairings of an env and a loop that start elsewhere
+# (LunarLander: DQN here, PPO by the learn bench; Hopper: SAC here, Gaussian PPO on MountainCar
+# here).
 BUILT_ONLY = {
     "cartpole_dqn_external.yaml",
     "multinode_dqn.yaml",
     "pong_dqn_gpu.yaml",
     "pong_ppo_gpu.yaml",
+    "pong_dqn_small.yaml",
     "cartpole_dqn_ws2.yaml",
     "lunarlander_ppo.yaml",
     "hopper_ppo.yaml",

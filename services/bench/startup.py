@@ -9,8 +9,8 @@ import torch. This bench measures those floors, each in a fresh process, ``--rep
     * ``ray_init_s``: ``ray.init`` of a local cluster as relayrl starts one
       (:func:`replay.local_ray.init_local_ray`, no dashboard), from the call to its return;
     * ``torch_actor_s``: after that, one actor whose constructor imports torch, until it answers;
-      ``four_torch_actors_s``: then four more at once (a small run's shard, learner and
-      collectors);
+      ``more_torch_actors_s``: then ``--actors`` more at once (default 4: a small run's shard,
+      learner and collectors);
     * ``floor_s``: process start to the first torch actor answering (the least any run needs);
     * ``run_startup_s``: a real run's ``startup_s`` (``python -m services.train`` with
       ``deploy/configs/cartpole_ppo.yaml`` and a 2,048-frame budget), unless ``--no-run``.
@@ -19,7 +19,7 @@ Last line of standard output: one JSON object with those keys.
 
 Examples:
     python -m services.bench startup
-    python -m services.bench startup --repeats 1 --no-run
+    python -m services.bench startup --repeats 1 --actors 0 --no-run
 """
 
 from __future__ import annotations
@@ -54,11 +54,11 @@ class TorchActor:
 
 ray.get(TorchActor.remote().ping.remote())
 first = time.perf_counter()
-ray.get([actor.ping.remote() for actor in [TorchActor.remote() for _ in range(4)]])
-four = time.perf_counter()
+ray.get([actor.ping.remote() for actor in [TorchActor.remote() for _ in range(ACTORS)]])
+more = time.perf_counter()
 ray.shutdown()
 print(json.dumps({"ray_init_s": ready - imported, "torch_actor_s": first - ready,
-                  "four_torch_actors_s": four - first, "floor_from_python_s": first - started}))
+                  "more_torch_actors_s": more - first, "floor_from_python_s": first - started}))
 """
 
 
@@ -71,7 +71,7 @@ def _seconds(command: list[str], *, timeout: float = 300.0) -> tuple[float, str]
     return time.perf_counter() - started, done.stdout
 
 
-def measure_once(*, run: bool) -> dict:
+def measure_once(*, run: bool, actors: int = 4) -> dict:
     """One fresh-process measurement of every floor (and a real run's ``startup_s``)."""
     python = [sys.executable, "-c"]
     bare, _ = _seconds([*python, "pass"])
@@ -79,7 +79,7 @@ def measure_once(*, run: bool) -> dict:
         "import_ray_s": _seconds([*python, "import ray"])[0] - bare,
         "import_torch_s": _seconds([*python, "import torch"])[0] - bare,
     }
-    _, out = _seconds([*python, PROBE])
+    _, out = _seconds([*python, f"ACTORS = {int(actors)}\n{PROBE}"])
     probe = json.loads(out.strip().splitlines()[-1])
     result.update({k: v for k, v in probe.items() if k != "floor_from_python_s"})
     result["floor_s"] = bare + probe["floor_from_python_s"]
@@ -124,11 +124,12 @@ def main(argv: list[str] | None = None) -> int:
     """Runs the benchmark; returns the exit code."""
     parser = argparse.ArgumentParser(prog="python -m services.bench startup")
     parser.add_argument("--repeats", type=int, default=3, help="fresh measurements (median)")
+    parser.add_argument("--actors", type=int, default=4, help="torch actors started together")
     parser.add_argument("--no-run", action="store_true", help="skip the real run's startup_s")
     args = parser.parse_args(argv)
     runs = []
     for repeat in range(args.repeats):
-        runs.append(measure_once(run=not args.no_run))
+        runs.append(measure_once(run=not args.no_run, actors=args.actors))
         print(f"repeat {repeat}: {json.dumps(runs[-1])}", file=sys.stderr, flush=True)
     print(json.dumps(summarize(runs)), flush=True)
     return 0
