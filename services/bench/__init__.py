@@ -20,12 +20,14 @@ Subcommands (each prints progress to stderr and one JSON object as its last line
       (:mod:`services.bench.hostile`; its throwaway certificates: :mod:`services.bench.certs`).
     * ``scale``: the production driver against simulated fleets of 10, 100 and 1,000
       collectors: receipts/s, driver CPU per receipt, loop latency, exact frames
-      (:mod:`services.bench.scale`; the simulated services: :mod:`services.bench.simulated`,
-      their actors :mod:`services.bench.simfleet`).
+      (:mod:`services.bench.scale`; the simulated services: :mod:`services.bench.sim.controller`,
+      their actors :mod:`services.bench.sim.fleet`).
     * ``determinism``: deterministic runs of DQN and PPO compared by digest, with the default
       mode's and a stopped-and-resumed run's, and the mode's cost in frames/s
       (:mod:`services.bench.determinism`).
     * ``elastic``: one DQN run resized live over ``Control/Scale`` (1/1/1 -> 3/2/2 -> 1/1/1),
       stopped and resumed at 2/3/1: exact frames, items kept, resize seconds, frames/s per
       size, the return across resizes (:mod:`services.bench.elastic`).
+    * ``startup``: the floors under a run's ``startup_s`` (Python's imports, Ray's start, actors
+      importing torch), each in fresh processes (:mod:`services.bench.startup`).
 """

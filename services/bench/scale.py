@@ -1,6 +1,6 @@
 """``python -m services.bench scale``: the driver alone against simulated fleets of collectors.
 
-The production controller and off-policy loop (:mod:`services.bench.simulated`) drive 10, 100
+The production controller and off-policy loop (:mod:`services.bench.sim.controller`) drive 10, 100
 and 1,000 simulated collectors (``--per-node`` logical collectors per simulated node, each node
 its own rollout hub), replay shards and a learner that answer with real receipts. The fleet is
 offered the same load at every size: ``--rate`` receipts per second in all (each collector runs
@@ -84,7 +84,7 @@ def percentile(values: list[float], q: float) -> float:
 
 def measure(num_collectors: int, args, *, aggregate: bool) -> dict:
     """One fleet size: set up, warm up, measure a window, stop, drain, check exactness."""
-    from services.bench.simulated import Program, SimulatedController
+    from services.bench.sim.controller import Program, SimulatedController
 
     program = Program(rollout_s=num_collectors / args.rate)
     config = scale_config(num_collectors, args, aggregate=aggregate)
