@@ -24,7 +24,7 @@ sharing.
 
 Examples:
     python -m services.bench learn --suite cpu --seeds 3
-    python -m services.bench learn --entries pong-dqn-smoke --seeds 3 --parallel 3
+    python -m services.bench learn --entries pong-ppo-smoke --seeds 3 --parallel 3
     python -m services.bench learn --entries cartpole-ppo --seeds 1 --frames 4096
 """
 

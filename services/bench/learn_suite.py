@@ -225,6 +225,21 @@ _ENTRIES = (
     ),
     # Pong: a CPU smoke to a return above random play, and the full runs.
     Entry(
+        "pong-ppo-smoke",
+        "pong_ppo.yaml",
+        -19.0,
+        2_000_000,
+        Reference(
+            None,
+            -20.7,
+            "Mnih et al. 2015 (Nature 518), Extended Data Table 2: random play on Pong -20.7",
+            "a smoke: a running mean clearly above random play, not a learned game; uniform "
+            "random actions score -20.3 +- 0.9 per episode in relayrl's Pong (64 episodes), so "
+            "-19 is about 6 standard errors of a 20-episode mean above them; chainerrl's PPO "
+            "with these minibatches was at -15.1 after 200 k agent steps (800 k frames)",
+        ),
+    ),
+    Entry(
         "pong-dqn-smoke",
         "pong_dqn_small.yaml",
         -19.0,
@@ -237,6 +252,7 @@ _ENTRIES = (
             "random actions score -20.3 +- 0.9 per episode in relayrl's Pong (64 episodes), so "
             "-19 is about 6 standard errors of a 20-episode mean above them",
         ),
+        suites=("full",),  # one update per agent step: hours per seed on one CPU core
     ),
     Entry(
         "pong-dqn",
