@@ -84,6 +84,19 @@ _ZOO = "DLR-RM/rl-baselines3-zoo"
 _ZOO_BENCH = f"{_ZOO} benchmark.md"
 _CARTPOLE = "CartPole-v1: running mean 475 over 20 episodes"
 
+
+def _pong_smoke(more: str = "") -> Reference:
+    """A Pong smoke's reference: random play, which the threshold is clearly above."""
+    return Reference(
+        None,
+        -20.7,
+        "Mnih et al. 2015 (Nature 518), Extended Data Table 2: random play on Pong -20.7",
+        "a smoke: a running mean clearly above random play, not a learned game; uniform random "
+        "actions score -20.3 +- 0.9 per episode in relayrl's Pong (64 episodes), so -19 is about "
+        "6 standard errors of a 20-episode mean above them" + more,
+    )
+
+
 _ENTRIES = (
     # CartPole-v1: every algorithm family that takes a discrete action space.
     Entry(
@@ -229,14 +242,9 @@ _ENTRIES = (
         "pong_ppo.yaml",
         -19.0,
         2_000_000,
-        Reference(
-            None,
-            -20.7,
-            "Mnih et al. 2015 (Nature 518), Extended Data Table 2: random play on Pong -20.7",
-            "a smoke: a running mean clearly above random play, not a learned game; uniform "
-            "random actions score -20.3 +- 0.9 per episode in relayrl's Pong (64 episodes), so "
-            "-19 is about 6 standard errors of a 20-episode mean above them; chainerrl's PPO "
-            "with these minibatches was at -15.1 after 200 k agent steps (800 k frames)",
+        _pong_smoke(
+            "; chainerrl's PPO with these minibatches was at -15.1 after 200 k agent steps "
+            "(800 k frames)"
         ),
     ),
     Entry(
@@ -244,14 +252,7 @@ _ENTRIES = (
         "pong_dqn_small.yaml",
         -19.0,
         1_000_000,
-        Reference(
-            None,
-            -20.7,
-            "Mnih et al. 2015 (Nature 518), Extended Data Table 2: random play on Pong -20.7",
-            "a smoke: a running mean clearly above random play, not a learned game; uniform "
-            "random actions score -20.3 +- 0.9 per episode in relayrl's Pong (64 episodes), so "
-            "-19 is about 6 standard errors of a 20-episode mean above them",
-        ),
+        _pong_smoke(),
         suites=("full",),  # one update per agent step: hours per seed on one CPU core
     ),
     Entry(
