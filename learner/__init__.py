@@ -81,18 +81,10 @@ import importlib
 # Exports load on first use, so a process that unpickles one small class (a receipt, a spec)
 # does not import the whole package (torch.distributed, DDP, env machinery).
 _EXPORTS = {
-    "DQNLoss": "learner.losses.dqn",
-    "A2CLoss": "learner.losses.a2c",
     "DefaultStepper": "learner.stepper",
     "EpochPlan": "learner.ranks.sampling",
-    "MultiAgentOptions": "learner.options",
-    "MultiAgentQLoss": "learner.losses.marl",
     "MultiOptimizerStepper": "learner.multi",
     "OnPolicyOptions": "learner.options",
-    "PPOLoss": "learner.losses.ppo",
-    "ReinforceLoss": "learner.losses.reinforce",
-    "SACLoss": "learner.losses.sac",
-    "SACOptions": "learner.options",
     "DelayedPolicyStepper": "learner.delayed",
     "LearnerConfig": "learner.config",
     "LearnerCore": "learner.core",
@@ -118,8 +110,26 @@ _EXPORTS = {
 __all__ = sorted(_EXPORTS)
 
 
+def _algorithm_modules() -> list[str]:
+    """Each registration's module and its loss module (their classes, e.g. ``PPOLoss``)."""
+    from learner.algorithms import ALGORITHMS
+
+    modules = dict.fromkeys(algo.loss_module for algo in ALGORITHMS.values())
+    for algo in ALGORITHMS.values():
+        modules.update(dict.fromkeys(options.__module__ for options in algo.options.values()))
+    return list(modules)
+
+
 def __getattr__(name: str):
-    """Imports an exported name's module on first use (PEP 562)."""
-    if name not in _EXPORTS:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(_EXPORTS[name]), name)
+    """Imports an exported name's module on first use (PEP 562).
+
+    An algorithm's loss and options classes are found in its registration's modules.
+    """
+    if name in _EXPORTS:
+        return getattr(importlib.import_module(_EXPORTS[name]), name)
+    if name[:1].isupper():
+        for module in _algorithm_modules():
+            found = getattr(importlib.import_module(module), name, None)
+            if found is not None:
+                return found
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -100,6 +100,7 @@ def publish_to_use(group: LearnerGroup, collector, count: int) -> list[float]:
         receipt = group.step(1)
         applied = ray.get(collector.set_weights.remote(receipt.published))
         done = time.time()
+        assert receipt.published is not None  # every round of step() publishes
         if not applied:
             raise RuntimeError(f"collector refused version {receipt.published.version}")
         latencies.append((done - receipt.finished_at) * 1000)
@@ -122,7 +123,7 @@ def main(argv: list[str] | None = None) -> dict:
     ray.get([s.write.remote(transitions(20_000, rng), "bench", 0) for s in shards])
     local = LocalLoop(config)
     local.run(0.5)  # warm-up
-    totals = {"local": [0, 0.0], "ws1": [0, 0.0], "ws2": [0, 0.0]}
+    totals: dict[str, list[float]] = {"local": [0, 0.0], "ws1": [0, 0.0], "ws2": [0, 0.0]}
     results: dict[str, float] = {}
     ws1_receipts: list = []
     try:
@@ -152,9 +153,9 @@ def main(argv: list[str] | None = None) -> dict:
         group.shutdown()
     finally:
         ray.shutdown()
-    for name, (steps, elapsed) in totals.items():
-        results[f"{name}_updates_per_s"] = round(steps / elapsed, 1)
-        print(f"{name}: {steps} updates in {elapsed:.2f}s", flush=True)
+    for name, (updates, seconds) in totals.items():
+        results[f"{name}_updates_per_s"] = round(updates / seconds, 1)
+        print(f"{name}: {updates} updates in {seconds:.2f}s", flush=True)
     results["ratio_ws1"] = round(results["ws1_updates_per_s"] / results["local_updates_per_s"], 3)
     results["ratio_ws2"] = round(results["ws2_updates_per_s"] / results["local_updates_per_s"], 3)
     results["publish_to_use_ms_p50"] = round(float(np.percentile(latencies, 50)), 2)

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from typing import TYPE_CHECKING, Any, TypeVar
 
+from learner.algorithms import ALGORITHMS, DEFAULT, OPTION_SECTIONS
 from learner.losses import LOSSES
-from learner.options import MultiAgentOptions, OnPolicyOptions, SACOptions
+from learner.plugins import STEPPERS as BUILTIN_STEPPERS
 
 BACKENDS = ("auto", "gloo", "nccl")
 STRATEGIES = ("PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD")
-STEPPERS = ("auto", "default", "mixed_precision", "delayed_policy", "multi_optimizer")
+STEPPERS = ("auto", *BUILTIN_STEPPERS)
 OPTIMIZERS = ("adam", "adamw", "sgd", "rmsprop")
 GRAD_CLIPS = ("norm", "value", "none")
 PRECISIONS = ("fp32", "bf16", "fp16")
@@ -21,9 +23,28 @@ COMPILE_BACKENDS = ("inductor", "aot_eager", "eager")
 _FACTORY_PATH = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
 
 
+_Class = TypeVar("_Class", bound=type)
+
+
+def _with_option_sections(cls: _Class) -> _Class:
+    """Adds a field per registered options section (``learner.<section>``) to ``cls``.
+
+    It runs before the dataclass is made: the sections come from the registrations.
+    """
+    for name, options in OPTION_SECTIONS.items():
+        cls.__annotations__[name] = options
+        setattr(cls, name, dataclasses.field(default_factory=options))
+    return cls
+
+
 @dataclasses.dataclass(frozen=True)
+@_with_option_sections
 class LearnerConfig:
-    """DDP learner group, its optimization stepper and the DQN update rule.
+    """DDP learner group, its optimization stepper and the Q-learning update rule.
+
+    Beside the fields below, each options section an algorithm registration declares
+    (``learner.algorithms``, e.g. ``onpolicy``) is a field holding that section's frozen
+    dataclass, filled from ``learner.<section>`` in YAML.
 
     Attributes:
         world_size: Number of DDP ranks.
@@ -51,9 +72,9 @@ class LearnerConfig:
             this ``LearnerConfig``) that returns an ``nn.Module`` fulfilling the algorithm
             family's contract (``collector.networks.contracts``, ``docs/networks.md``); checked
             on a dummy batch before any actor starts. None: the recipe's network.
-        loss: A built-in loss, a key of ``learner.losses.LOSSES`` (``dqn``, ``ppo``, ``a2c``,
-            ``reinforce``, ``sac``, ``marl``; set by the run's ``algorithm``), or a
-            ``"module:factory"`` path; the factory is called as
+        loss: A built-in loss, a key of ``learner.losses.LOSSES`` (set by the run's
+            ``algorithm``: each registration names its own), or a ``"module:factory"`` path;
+            the factory is called as
             ``factory(policy_network, config)`` and returns a module mapping a TensorDict batch
             to a TensorDict with ``loss_*`` entries (TorchRL's LossModule convention).
         loss_options: Free-form options for a user loss factory.
@@ -63,17 +84,14 @@ class LearnerConfig:
         pixel_torso: The convolutional torso of Q-networks over pixel frames (``[S, H, W]``
             uint8 observations, e.g. Atari): ``nature`` (Nature-DQN CNN) or ``impala``
             (IMPALA ResNet); see ``collector.networks.cnn``.
-        onpolicy: PPO, A2C and REINFORCE options (:class:`learner.options.OnPolicyOptions`).
-        sac: SAC options (:class:`learner.options.SACOptions`).
-        marl: IQL, VDN and QMIX options (:class:`learner.options.MultiAgentOptions`).
         find_unused_parameters: DDP option for losses whose named methods use a subset of the
             parameters (actor-critic losses).
-        stepper: ``auto`` (the built-in loss's own stepper in ``learner.losses.LOSSES``:
-            ``multi_optimizer`` for SAC; else ``mixed_precision`` when ``precision`` is not
-            fp32 or ``grad_accumulation > 1``, else ``default``), ``default``,
-            ``mixed_precision``, ``delayed_policy``, ``multi_optimizer`` (one optimizer per
-            named loss method) or a ``"module:factory"`` path called as
-            ``factory(loss_module, config)``.
+        stepper: ``auto`` (the built-in loss's own stepper in ``learner.losses.LOSSES``, as its
+            registration names it; else ``mixed_precision`` when ``precision`` is not fp32 or
+            ``grad_accumulation > 1``, else ``default``), a built-in stepper
+            (``learner.plugins.STEPPERS``: ``default``, ``mixed_precision``,
+            ``delayed_policy``, ``multi_optimizer``: one optimizer per named loss method) or a
+            ``"module:factory"`` path called as ``factory(loss_module, config)``.
         stepper_options: Free-form options of the stepper (``delayed_policy`` reads
             ``policy_delay``, ``critic_method``, ``actor_method``).
         optimizer: adam, adamw, sgd or rmsprop.
@@ -116,16 +134,13 @@ class LearnerConfig:
     # Model and loss
     hidden_sizes: tuple[int, ...] = (128, 128)
     network: str | None = None
-    loss: str = "dqn"
+    loss: str = ALGORITHMS[DEFAULT].loss
     loss_options: dict = dataclasses.field(default_factory=dict)
     gamma: float = 0.99
     double_dqn: bool = True
     dueling: bool = False
     pixel_torso: str = "nature"
     find_unused_parameters: bool = False
-    onpolicy: OnPolicyOptions = dataclasses.field(default_factory=OnPolicyOptions)
-    sac: SACOptions = dataclasses.field(default_factory=SACOptions)
-    marl: MultiAgentOptions = dataclasses.field(default_factory=MultiAgentOptions)
     # Optimization
     stepper: str = "auto"
     stepper_options: dict = dataclasses.field(default_factory=dict)
@@ -290,7 +305,8 @@ class LearnerConfig:
             self.grad_accumulation,
         )
         _check(
-            self.stepper not in ("default", "delayed_policy", "multi_optimizer")
+            self.stepper not in BUILTIN_STEPPERS
+            or not BUILTIN_STEPPERS[self.stepper].fp32_only
             or (self.precision == "fp32" and self.grad_accumulation == 1),
             "stepper",
             f"{self.stepper!r} runs fp32 without accumulation; use 'mixed_precision' or 'auto' for "
@@ -332,6 +348,10 @@ class LearnerConfig:
 
             reason = compile_unsupported_reason()
             _check(reason is None, "compile", f"needs torch.compile: {reason}", self.compile)
+
+    if TYPE_CHECKING:  # the registered options sections, added at import; typed by their owners
+
+        def __getattr__(self, name: str) -> Any: ...
 
     @property
     def per_rank_batch_size(self) -> int:

@@ -11,24 +11,15 @@ from torch import nn
 
 from learner.compilation import compile_policy
 from learner.config import LearnerConfig
-from learner.delayed import DelayedPolicyStepper
 from learner.loss import LossDispatch
 from learner.losses import LossFactory, loss_factory_for
-from learner.multi import MultiOptimizerStepper
-from learner.plugins import resolve_factory
-from learner.precision import MixedPrecisionStepper
-from learner.stepper import DefaultStepper, Stepper
+from learner.plugins import STEPPERS, resolve_factory
+from learner.stepper import Stepper
 
 FLOAT_KEYS = ("observation", "next_observation", "reward")
 STATE_FORMAT = 1
 
 StepperFactory = Callable[[nn.Module, LearnerConfig], Stepper]
-BUILTIN_STEPPERS: dict[str, StepperFactory] = {  # the names of learner.plugins.BUILTIN_STEPPERS
-    "default": DefaultStepper.from_config,
-    "mixed_precision": MixedPrecisionStepper.from_config,
-    "delayed_policy": DelayedPolicyStepper.from_config,
-    "multi_optimizer": MultiOptimizerStepper.from_config,
-}
 
 
 def stepper_factory_for(config: LearnerConfig) -> StepperFactory:
@@ -38,8 +29,8 @@ def stepper_factory_for(config: LearnerConfig) -> StepperFactory:
         ValueError: If a factory path cannot be resolved.
     """
     name = config.resolved_stepper
-    if name in BUILTIN_STEPPERS:
-        return BUILTIN_STEPPERS[name]
+    if name in STEPPERS:
+        return resolve_factory(STEPPERS[name].factory, "stepper")
     return resolve_factory(name, "stepper")
 
 

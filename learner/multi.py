@@ -51,7 +51,8 @@ class MultiOptimizerStepper:
         """
         if not hasattr(loss_module, "optim_groups"):
             raise ValueError(
-                "stepper: multi_optimizer needs a loss with optim_groups() (e.g. loss: sac)"
+                "stepper: multi_optimizer needs a loss with optim_groups() (one optimizer per "
+                "named loss method)"
             )
         groups = [
             (method, make_optimizer(params, config))

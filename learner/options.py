@@ -1,8 +1,8 @@
-"""Per-family loss options, nested in :class:`learner.config.LearnerConfig`.
+"""Options the lockstep on-policy losses share, nested in :class:`learner.config.LearnerConfig`.
 
-``learner.onpolicy`` holds what PPO, A2C and REINFORCE read (epochs and minibatches of the
-lockstep loop, clipping, coefficients); ``learner.sac`` holds SAC's temperature and critics;
-``learner.marl`` holds the multi-agent mixer (IQL, VDN, QMIX).
+``learner.onpolicy`` holds what the on-policy registrations read (epochs and minibatches of the
+lockstep loop, clipping, coefficients). Options of one algorithm live in its registration
+(``learner.algorithms``), which names the ``learner.<section>`` it adds.
 """
 
 from __future__ import annotations
@@ -10,7 +10,8 @@ from __future__ import annotations
 import dataclasses
 
 
-def _check(ok: bool, field: str, rule: str, value) -> None:
+def check_field(ok: bool, field: str, rule: str, value) -> None:
+    """Raises ``ValueError("<field>: <rule>, got <value>")`` unless ``ok`` (options' refusals)."""
     if not ok:
         raise ValueError(f"{field}: {rule}, got {value!r}")
 
@@ -45,69 +46,16 @@ class OnPolicyOptions:
     baseline: bool = True
 
     def __post_init__(self) -> None:
-        _check(self.num_epochs >= 1, "num_epochs", "must be >= 1", self.num_epochs)
-        _check(self.num_minibatches >= 1, "num_minibatches", "must be >= 1", self.num_minibatches)
-        _check(self.clip_epsilon > 0, "clip_epsilon", "must be > 0", self.clip_epsilon)
-        _check(
+        check_field(self.num_epochs >= 1, "num_epochs", "must be >= 1", self.num_epochs)
+        check_field(
+            self.num_minibatches >= 1, "num_minibatches", "must be >= 1", self.num_minibatches
+        )
+        check_field(self.clip_epsilon > 0, "clip_epsilon", "must be > 0", self.clip_epsilon)
+        check_field(
             self.value_clip_epsilon > 0,
             "value_clip_epsilon",
             "must be > 0",
             self.value_clip_epsilon,
         )
-        _check(self.vf_coef >= 0, "vf_coef", "must be >= 0", self.vf_coef)
-        _check(self.ent_coef >= 0, "ent_coef", "must be >= 0", self.ent_coef)
-
-
-@dataclasses.dataclass(frozen=True)
-class SACOptions:
-    """SAC's temperature and critics.
-
-    Attributes:
-        init_alpha: Initial temperature.
-        learn_alpha: Learn the temperature toward ``target_entropy``.
-        target_entropy: Entropy target; None is ``-action_dim``.
-        critic_hidden_sizes: Hidden widths of each Q-network (empty: ``learner.hidden_sizes``).
-    """
-
-    init_alpha: float = 1.0
-    learn_alpha: bool = True
-    target_entropy: float | None = None
-    critic_hidden_sizes: tuple[int, ...] = ()
-
-    def __post_init__(self) -> None:
-        _check(self.init_alpha > 0, "init_alpha", "must be > 0", self.init_alpha)
-        _check(
-            all(w >= 1 for w in self.critic_hidden_sizes),
-            "critic_hidden_sizes",
-            "must be positive widths",
-            self.critic_hidden_sizes,
-        )
-
-
-MIXERS = ("none", "vdn", "qmix")
-
-
-@dataclasses.dataclass(frozen=True)
-class MultiAgentOptions:
-    """The multi-agent Q-learning mixer and agent inputs (``loss: marl``).
-
-    Attributes:
-        mixer: ``none`` (independent Q-learners, IQL), ``vdn`` (sum of agent values) or
-            ``qmix`` (monotonic hypernetwork mixer on the global state); set by the
-            ``algorithm`` (iql, vdn, qmix).
-        mixing_embed_dim: QMIX mixing layer width.
-        hypernet_hidden: Hidden width of QMIX's weight hypernetworks (0: one linear layer).
-        prev_action: Agents also see the one-hot of their previous action.
-    """
-
-    mixer: str = "qmix"
-    mixing_embed_dim: int = 32
-    hypernet_hidden: int = 64
-    prev_action: bool = False
-
-    def __post_init__(self) -> None:
-        _check(self.mixer in MIXERS, "mixer", f"must be one of {MIXERS}", self.mixer)
-        _check(
-            self.mixing_embed_dim >= 1, "mixing_embed_dim", "must be >= 1", self.mixing_embed_dim
-        )
-        _check(self.hypernet_hidden >= 0, "hypernet_hidden", "must be >= 0", self.hypernet_hidden)
+        check_field(self.vf_coef >= 0, "vf_coef", "must be >= 0", self.vf_coef)
+        check_field(self.ent_coef >= 0, "ent_coef", "must be >= 0", self.ent_coef)

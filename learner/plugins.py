@@ -1,13 +1,45 @@
-"""Resolution of user-supplied factories named by ``"module:attribute"`` paths."""
+"""Resolution of factories named by ``"module:attribute"`` paths, and the built-in steppers.
+
+:data:`STEPPERS` is the one list of the optimization steppers ``learner.stepper`` names without
+a path: ``LearnerConfig`` validates against it, ``learner.core`` builds from it and a rank reads
+how DDP must wrap each. It holds paths, imported on use, so checking a config imports no torch.
+"""
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 from collections.abc import Callable
 
-# The optimization steppers ``learner.stepper`` names without a path (``learner.core`` maps each
-# to its class; kept here, light, so the driver checks a config without importing them).
-BUILTIN_STEPPERS = ("default", "mixed_precision", "delayed_policy", "multi_optimizer")
+
+@dataclasses.dataclass(frozen=True)
+class BuiltinStepper:
+    """A built-in stepper: where its factory lives and what it asks of the run.
+
+    Attributes:
+        factory: ``module:attribute`` path of ``factory(loss_module, learner_config)``.
+        fp32_only: It runs fp32 without gradient accumulation (``mixed_precision`` does both).
+        partial_parameters: Its steps touch a subset of the parameters each (one loss method
+            per optimizer, or a delayed actor), so DDP must find unused parameters.
+    """
+
+    factory: str
+    fp32_only: bool = True
+    partial_parameters: bool = False
+
+
+STEPPERS: dict[str, BuiltinStepper] = {
+    "default": BuiltinStepper("learner.stepper:DefaultStepper.from_config"),
+    "mixed_precision": BuiltinStepper(
+        "learner.precision:MixedPrecisionStepper.from_config", fp32_only=False
+    ),
+    "delayed_policy": BuiltinStepper(
+        "learner.delayed:DelayedPolicyStepper.from_config", partial_parameters=True
+    ),
+    "multi_optimizer": BuiltinStepper(
+        "learner.multi:MultiOptimizerStepper.from_config", partial_parameters=True
+    ),
+}
 
 
 def check_stepper(name: str) -> None:
@@ -23,7 +55,7 @@ def check_stepper(name: str) -> None:
         ...
         ValueError: stepper: cannot import module 'nope' of 'nope:x': No module named 'nope'
     """
-    if name not in BUILTIN_STEPPERS:
+    if name not in STEPPERS:
         resolve_factory(name, "stepper")
 
 

@@ -102,7 +102,9 @@ def make_optimizer(parameters: Iterable[nn.Parameter], config) -> torch.optim.Op
     return kind(params, **options)
 
 
-def make_scheduler(optimizer: torch.optim.Optimizer, config) -> torch.optim.lr_scheduler.LambdaLR:
+def make_scheduler(
+    optimizer: torch.optim.Optimizer, config
+) -> torch.optim.lr_scheduler.LambdaLR | None:
     """Warm-up then linear or cosine decay per optimizer step, or None (``lr_scheduler: none``)."""
     if config.lr_scheduler == "none":
         return None

@@ -17,6 +17,8 @@ from __future__ import annotations
 import importlib
 import sys
 
+from learner.algorithms import featured_config
+
 # name -> (module, one line of help)
 COMMANDS = {
     "train": ("services.train", "run a training job"),
@@ -48,7 +50,7 @@ def usage() -> str:
     lines += [
         "",
         "examples:",
-        "  relayrl train --config deploy/configs/cartpole_dqn.yaml --set seed=1",
+        f"  relayrl train --config deploy/configs/{featured_config('help')} --set seed=1",
         "  relayrl evaluate ~/relayrl_results/<run id> --episodes 3 --video videos/",
         "  relayrl export ~/relayrl_results/<run id> --format pt2 --out policy.pt2",
         "",

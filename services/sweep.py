@@ -39,6 +39,7 @@ from pathlib import Path
 
 import ray
 
+from learner.algorithms import featured_config
 from services.config import ConfigError, RunConfig, load_config
 from services.config.spec import model_spec_for
 from services.driver.runid import new_run_id, random_token
@@ -66,7 +67,7 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
         description=__doc__.split("\n")[0].split(": ", 1)[1],
         epilog="examples:\n"
         f"  {prog} --seeds 0,1,2\n"
-        f"  {prog} --seeds 0,1,2 --config deploy/configs/cartpole_dqn.yaml\n"
+        f"  {prog} --seeds 0,1,2 --config deploy/configs/{featured_config('help')}\n"
         f"  {prog} --grid learner.lr=1e-3,5e-4 --grid controller.utd_ratio=0.5,1",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

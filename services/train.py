@@ -22,9 +22,11 @@ import logging
 import signal
 import sys
 from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING
 
 import ray
 
+from learner.algorithms import featured_config
 from replay.persist.npyio import CheckpointError
 from services.checkpoints.resume import resolve_resume
 from services.checkpoints.store import CheckpointWriteError
@@ -35,6 +37,9 @@ from services.driver.placement import PlacementError
 from services.observe.progress import ProgressReporter
 from services.run.embedded import init_ray, logical_cpus
 from services.run.storage import check_run_paths
+
+if TYPE_CHECKING:
+    from services.driver.views import StopView
 
 logger = logging.getLogger("relayrl")
 PROG = "python -m services.train"
@@ -49,8 +54,8 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
         description=__doc__.split("\n")[0].split(": ", 1)[1],
         epilog="examples:\n"
         f"  {prog}\n"
-        f"  {prog} --config deploy/configs/cartpole_ppo.yaml --set seed=1\n"
-        f"  {prog} --config deploy/configs/cartpole_dqn.yaml --set learner.world_size=2\n"
+        f"  {prog} --config deploy/configs/{featured_config('help_on_policy')} --set seed=1\n"
+        f"  {prog} --config deploy/configs/{featured_config('help')} --set learner.world_size=2\n"
         f"  {prog} --resume ~/relayrl_results/<run id>",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -70,7 +75,7 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
     return parser
 
 
-def install_signal_handlers(controller) -> None:
+def install_signal_handlers(controller: StopView) -> None:
     """First SIGINT/SIGTERM: stop at the next boundary; a second one: exit at once."""
 
     def handle(signum, frame):

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import os
+import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -33,14 +35,104 @@ def storage_root(tmp_path_factory):
         os.environ["RELAYRL_STORAGE"] = previous
 
 
-def pytest_collection_modifyitems(items):
-    """Every test on the shared Ray cluster is ``slow``: ``-m "not slow"`` is the unit tests.
+# -- what a test costs ----------------------------------------------------------------------------
+# Each test has exactly one cost class (a marker): ``unit`` (no Ray: pure cores, text checks, a
+# CLI refusing a config before Ray starts), ``ray`` (on the shared session Ray, the
+# ``ray_cluster`` fixture) or ``e2e`` (CLI runs as subprocesses, clusters of their own). The class
+# is inferred: a test using ``ray_cluster`` is ``ray``; one marked ``e2e`` (itself or by its
+# module's ``pytestmark``), or ``slow`` without ``ray_cluster``, is ``e2e``; any other is ``unit``.
+# ``ray`` and ``e2e`` tests are also ``slow``, so ``-m "not slow"`` (or ``-m unit``) is the unit
+# tests. A ``unit`` test that starts Ray, in process or in a subprocess, fails (``CostGuard``).
+COST_CLASSES = ("unit", "ray", "e2e")
 
-    Tests that start a CLI run or a cluster of their own carry ``@pytest.mark.slow`` themselves.
-    """
+
+def cost_class(item: pytest.Item) -> str:
+    """The one cost class of a collected test (see above); raises ``ValueError`` on a conflict."""
+    declared = {m.name for m in item.iter_markers() if m.name in COST_CLASSES}
+    uses_ray = "ray_cluster" in getattr(item, "fixturenames", ())
+    marked_slow = item.get_closest_marker("slow") is not None
+    if len(declared) > 1:
+        raise ValueError(f"{item.nodeid}: marked {sorted(declared)}; one cost class only")
+    if declared == {"unit"} and (uses_ray or marked_slow):
+        raise ValueError(f"{item.nodeid}: marked unit but uses ray_cluster or is marked slow")
+    if "e2e" in declared:
+        return "e2e"
+    if uses_ray or declared == {"ray"}:
+        return "ray"
+    return "e2e" if marked_slow else "unit"
+
+
+def pytest_collection_modifyitems(items):
+    """Gives each test its cost class; ``ray`` and ``e2e`` tests are ``slow`` too."""
+    conflicts = []
     for item in items:
-        if "ray_cluster" in getattr(item, "fixturenames", ()):
-            item.add_marker(pytest.mark.slow)
+        try:
+            kind = cost_class(item)
+        except ValueError as err:
+            conflicts.append(str(err))
+            continue
+        for name in (kind,) if kind == "unit" else (kind, "slow"):
+            if item.get_closest_marker(name) is None:
+                item.add_marker(name)
+        item.stash[COST] = kind
+    if conflicts:
+        raise pytest.UsageError("\n".join(conflicts))
+
+
+COST = pytest.StashKey[str]()
+GUARD = pytest.StashKey["CostGuard"]()
+
+
+class CostGuard:
+    """Fails a ``unit`` test that starts Ray, in this process or in any subprocess.
+
+    While the test (its fixtures included) runs, ``RAY_TMPDIR`` names a fresh directory of its
+    own, which reaches every subprocess started with this process's environment
+    (:func:`cli_env`): a Ray node started there leaves its session under it.
+    """
+
+    def __init__(self) -> None:
+        self.temp_dir = tempfile.mkdtemp(prefix="rl-unit-", dir="/tmp")  # short socket paths
+        self.previous = os.environ.get("RAY_TMPDIR")
+        self.ray_before = ray.is_initialized()
+        os.environ["RAY_TMPDIR"] = self.temp_dir
+
+    def finish(self) -> str | None:
+        """Restores ``RAY_TMPDIR``; returns what the test started, if anything."""
+        if self.previous is None:
+            os.environ.pop("RAY_TMPDIR", None)
+        else:
+            os.environ["RAY_TMPDIR"] = self.previous
+        started = (Path(self.temp_dir) / "ray").exists()
+        shutil.rmtree(self.temp_dir, ignore_errors=True)
+        if started:
+            return "started a Ray node (itself or in a subprocess)"
+        if ray.is_initialized() and not self.ray_before:
+            return "initialized Ray in the test process"
+        return None
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_setup(item):
+    if item.stash.get(COST, "unit") == "unit":
+        item.stash[GUARD] = CostGuard()
+    return (yield)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item, nextitem):
+    result = yield
+    guard = item.stash.get(GUARD, None)
+    if guard is not None:
+        del item.stash[GUARD]
+        started = guard.finish()
+        if started:
+            pytest.fail(
+                f"{item.nodeid} {started} but is a unit test: mark it e2e (or use the "
+                "ray_cluster fixture), see the cost classes in tests/conftest.py",
+                pytrace=False,
+            )
+    return result
 
 
 @pytest.fixture(scope="session")

@@ -2,17 +2,18 @@
 
 import json
 import signal
-import subprocess
 
 import numpy as np
 import pytest
 
+from services.checkpoints.store import latest_valid
 from services.config import load_config
 from services.driver.controller import Controller
 from services.evaluation.evaluator import EvaluationRunner
 from services.evaluation.playback import evaluate_policy
 from services.policy import load_policy
-from tests.conftest import PYTHON, ROOT, cli_env, run_cli
+from tests.cli_run import CliRun
+from tests.conftest import ROOT, run_cli
 
 CONFIGS = ROOT / "deploy" / "configs"
 
@@ -133,11 +134,7 @@ def test_sac_learns_pendulum(ray_cluster, tmp_path):
     assert actions.shape == (5, 1) and np.abs(actions).max() <= 2.0
 
 
-def frames_of(progress_line: str) -> int:
-    return int(progress_line.split()[1].split("/")[0].replace(",", ""))
-
-
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_ppo_stopped_with_sigterm_resumes_at_another_size_with_its_iterations_and_lr_schedule(
     tmp_path,
 ):
@@ -154,27 +151,14 @@ def test_ppo_stopped_with_sigterm_resumes_at_another_size_with_its_iterations_an
         "--set",
         "metrics.enabled=false",
     ]
-    process = subprocess.Popen(
-        [PYTHON, "-m", "services.train", *args],
-        cwd=ROOT,
-        env=cli_env(),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-    )
-    lines = []
-    try:
-        for line in process.stdout:
-            lines.append(line)
-            if line.startswith("frames ") and frames_of(line) > 8000:
-                process.send_signal(signal.SIGTERM)
-                break
-        lines += process.stdout.readlines()
-        assert process.wait(timeout=120) == 0
-    finally:
-        process.kill()
-    stopped = json.loads(lines[-1])
-    assert stopped["stop_reason"] == f"signal {int(signal.SIGTERM)}"
+    with CliRun(*args, stderr=False) as run:
+        run.until_frames(4000)
+        run.send_signal(signal.SIGTERM)  # to the driver alone
+        stopped = run.summary(timeout=120)
+    assert stopped["stop_reason"] == f"signal {int(signal.SIGTERM)}" and stopped["stopped_early"]
+    path, manifest = latest_valid(run_dir / "checkpoints")  # loadable, every frame counted
+    assert str(path) == stopped["checkpoint"]
+    assert manifest["counters"]["collected_frames"] == stopped["frames"]
     assert stopped["iteration"] * 40 == stopped["model_version"] > 0
     stopped_lr = json.loads((run_dir / "metrics.jsonl").read_text().splitlines()[-1])["learner"][
         "lr"

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from learner.algorithms import ALGORITHMS as REGISTERED
 from tests.conftest import ROOT
 
 README = ROOT / "README.md"
@@ -23,7 +24,7 @@ TEST_COMMAND = (
     'pip install "torch==2.13.0" && pip install -e ".[dev,atari,torchrl,marl,box2d,mujoco]" '
     "&& python -m pytest -q"
 )
-ALGORITHMS = ("dqn", "ppo", "a2c", "reinforce", "sac", "iql", "vdn", "qmix")
+ALGORITHMS = tuple(REGISTERED)  # every registration (learner.algorithms)
 README_MAX_LINES = 250
 
 FENCE = re.compile(r"^\s*```")
@@ -120,6 +121,20 @@ def test_readme_intro_names_every_algorithm():
     for name in ALGORITHMS:
         assert re.search(rf"\b{name}\b", intro), name
         assert f"| `{name}` |" in text, f"the algorithm table has no row for {name}"
+
+
+def test_readme_algorithm_table_matches_the_registrations():
+    rows = {}
+    for line in README.read_text().splitlines():
+        match = re.match(r"^\| `(\w+)` \| ([\w-]+) \|.*\| ([^|]*) \|$", line)
+        if match:
+            rows[match[1]] = (match[2], match[3])
+    assert set(rows) == set(REGISTERED), "one README row per registered algorithm"
+    for name, (loop, configs) in rows.items():
+        algo = REGISTERED[name]
+        assert loop == {"offpolicy": "off-policy", "onpolicy": "on-policy"}[algo.loop], name
+        for config in re.findall(r"`([\w.]+\.yaml)`", configs):
+            assert config in algo.configs, f"README row {name} lists {config}, not its config"
 
 
 def test_readme_config_example_is_valid(tmp_path):

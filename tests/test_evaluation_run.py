@@ -15,7 +15,8 @@ import pytest
 from services.checkpoints.retention import checkpoint_score
 from services.checkpoints.store import latest_valid
 from services.plot import evaluation_points, plot_run, read_log
-from tests.conftest import PYTHON, ROOT, cli_env
+from tests.cli_run import CliRun, is_progress
+from tests.conftest import cli_env
 
 INTERVAL = 1000
 METRIC = "evaluation/episode_return_mean"
@@ -44,7 +45,7 @@ def list_actors(address: str, env: dict) -> set[str]:
     return {a["name"] for a in json.loads(listed.stdout) if a["state"] != "DEAD"}
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_a_run_with_evaluation_seen_through_rays_tools(tmp_path):
     run_dir = tmp_path / "run"
     args = [
@@ -76,42 +77,22 @@ def test_a_run_with_evaluation_seen_through_rays_tools(tmp_path):
         "--set",
         "ray.dashboard=true",  # `ray list actors` asks the dashboard's state API
     ]
-    process = subprocess.Popen(
-        [PYTHON, "-m", "services.train", *args],
-        cwd=ROOT,
-        env=cli_env(),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    lines, names = [], set()
-    address = dashboard = run_id = None
-    tool_env = cli_env()
-    try:
-        for line in process.stdout:
-            lines.append(line)
-            found = re.search(r"Ray at (\S+), dashboard (\S+)", line)
-            if found:
-                address, dashboard = found.groups()
-                auth = re.search(r"RAY_AUTH_MODE=(\w+)", line)  # the logged command's env
-                if auth:
-                    tool_env["RAY_AUTH_MODE"] = auth.group(1)
-            found = re.search(r"run id (\S+)", line)
-            if found:
-                run_id = found.group(1)
-            if line.startswith("frames ") and not names:  # training: every actor is up
-                assert address and run_id, "".join(lines[-20:])
-                names = list_actors(address, tool_env)
-        assert process.wait(timeout=240) == 0, "".join(lines[-20:])
-    finally:
-        process.kill()
-        process.stdout.close()
+    with CliRun(*args) as run:
+        run.until(is_progress, what="a progress line")  # training: every actor is up
+        ray_at = run.wait_log(r"Ray at (\S+), dashboard (\S+)")
+        address, dashboard = ray_at.groups()
+        tool_env = cli_env()
+        auth = re.search(r"RAY_AUTH_MODE=(\w+)", ray_at.string)  # the logged command's env
+        if auth:
+            tool_env["RAY_AUTH_MODE"] = auth.group(1)
+        run_id = run.wait_log(r"run id (\S+)").group(1)
+        names = list_actors(address, tool_env)
+        summary = run.summary(timeout=240)
     # Ray's tools at the logged address find the run's actors by name
     assert dashboard.startswith("http://127.0.0.1:")
     expected = {f"{run_id}.{role}" for role in ("collector-0", "collector-1", "learner-0")}
     expected |= {f"{run_id}.replay-0", f"{run_id}.replay-1", f"{run_id}.evaluator"}
     assert expected <= names, names
-    summary = json.loads([line for line in lines if line.startswith("{")][-1])
     records = evaluations(run_dir)
     assert records[0]["version"] == 0 and records[0]["frames"] == 0  # run_at_start
     # the intervals that elapsed during the slow first evaluation coalesced into one

@@ -4,11 +4,9 @@ Each run is CI-sized; the fault is injected from a controller hook at a known po
 (the first checkpoint, the Nth receipt), so nothing waits on wall-clock sleeps.
 """
 
-import json
 import os
 import re
 import signal
-import subprocess
 import threading
 import time
 from pathlib import Path
@@ -24,7 +22,7 @@ from services.checkpoints.store import latest_valid
 from services.config import load_config
 from services.driver.controller import Controller
 from services.driver.faults import ComponentFailure, CrashLoop
-from tests.conftest import PYTHON, ROOT, cli_env
+from tests.cli_run import CliRun
 
 SMALL = [
     "collector.num_collectors=2",
@@ -320,43 +318,20 @@ def test_a_non_finite_loss_skips_the_step_and_is_counted():
 
 
 # -- signals -------------------------------------------------------------------------------------
-@pytest.mark.slow
+@pytest.mark.e2e
 # SIGTERM (a supervisor, `kill -TERM -<pgid>`); Ctrl-C's SIGINT takes the same handler
 # (services.train.install_signal_handlers; its unit test: tests/test_signals.py).
 @pytest.mark.parametrize("signum", [signal.SIGTERM])
 def test_a_signal_to_the_whole_process_group_stops_cleanly_within_15_s(tmp_path, signum):
-    process = subprocess.Popen(
-        [
-            PYTHON,
-            "-m",
-            "services.train",
-            "--set",
-            "controller.total_frames=1000000",
-            "--set",
-            "controller.log_interval_s=0.5",
-            "--set",
-            f"run.dir={tmp_path}",
-            "--set",
-            "metrics.enabled=false",
-        ],
-        cwd=ROOT,
-        env=cli_env(),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-        start_new_session=True,  # its own process group, as under a shell or a supervisor
-    )
-    try:
-        for line in process.stdout:
-            if line.startswith("frames ") and "return -" not in line:
-                os.killpg(process.pid, signum)  # the driver and everything in its group
-                break
-        out = process.stdout.read()
-        assert process.wait(timeout=15) == 0
-    finally:
-        process.kill()
-    summary = json.loads(out.strip().splitlines()[-1])
+    args = ["--set", "controller.total_frames=1000000", "--set", "controller.log_interval_s=0.5"]
+    args += ["--set", "metrics.enabled=false"]
+    # its own process group, as under a shell or a supervisor
+    with CliRun(*args, run_dir=tmp_path, stderr=False, new_session=True) as run:
+        run.until_episodes()
+        run.send_signal(signum, group=True)  # the driver and everything in its group
+        summary = run.summary(timeout=15)
     assert summary["stopped_early"] is True and summary["stop_reason"] == f"signal {int(signum)}"
-    path, manifest = latest_valid(tmp_path / "checkpoints")
+    assert summary["frames"] < 1_000_000
+    path, manifest = latest_valid(tmp_path / "checkpoints")  # loadable, every frame counted
     assert str(path) == summary["checkpoint"]
     assert manifest["counters"]["collected_frames"] == summary["frames"]

@@ -10,11 +10,9 @@ the run.
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import socket
-import subprocess
 import threading
 import time
 from pathlib import Path
@@ -34,7 +32,7 @@ from services.driver.controller import Controller
 from services.grpc.client import RelayClient
 from services.grpc.server import serve_run
 from tests import diskfaults
-from tests.conftest import PYTHON, ROOT, cli_env
+from tests.cli_run import CliRun
 from tests.grpc_probe import transitions
 from tests.test_grpc_run import consistent_cut
 
@@ -181,36 +179,23 @@ def test_a_shard_refuses_bad_input_and_keeps_serving(run):
     owner_channel.close()
 
 
-def actor_process(run: dict, frames: int) -> subprocess.Popen:
+def actor_process(run: dict, frames: int) -> CliRun:
     """The example actor (actor credential, TLS) inserting straight into the shards."""
-    return subprocess.Popen(
-        [PYTHON, "-m", "services.external_actor", "--address", run["server"].address,
-         "--token", ACTOR_TOKEN, "--ca-file", run["ca"], "--frames", str(frames),
-         "--batch-frames", "128", "--direct", "--weights-every", "2"],
-        cwd=ROOT, env=cli_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
-
-
-def first_insert(actor: subprocess.Popen) -> None:
-    """Returns once the actor reports inserted frames."""
-    for line in actor.stderr:
-        if "inserted" in line:
-            return
-    pytest.fail(f"the actor ended ({actor.wait()}) before inserting")
+    return CliRun(
+        *("--address", run["server"].address, "--token", ACTOR_TOKEN, "--ca-file", run["ca"]),
+        *("--frames", str(frames), "--batch-frames", "128", "--direct", "--weights-every", "2"),
+        module="services.external_actor",
+    )
 
 
 def test_checkpoints_cut_while_an_actor_streams_directly_are_consistent(run):
     client = run["client"]
-    actor = actor_process(run, 10_000_000)
-    try:
-        first_insert(actor)  # the cuts come while the actor keeps inserting
+    with actor_process(run, 10_000_000) as actor:
+        actor.wait_log("inserted")  # the cuts come while the actor keeps inserting
         first = client.checkpoint()
         frames = consistent_cut(first)
         until(lambda: client.status().frames > frames, what="frames after the first cut")
         assert frames < consistent_cut(client.checkpoint())
-    finally:
-        actor.kill()
-        actor.wait(timeout=60)
 
 
 def test_a_restarted_shard_serves_direct_writes_again(run):
@@ -235,10 +220,8 @@ def test_a_restarted_shard_serves_direct_writes_again(run):
     assert {r.shard_id for r in reply.receipts} == {0, 1}
     until(lambda: client.status().frames >= frames + 800, what="the count")
     assert client.route().epoch == 1
-    actor = actor_process(run, 1000)  # a new actor gets the new route
-    out, err = actor.communicate(timeout=180)
-    assert actor.returncode == 0, err[-3000:]
-    summary = json.loads(out.splitlines()[-1])
+    with actor_process(run, 1000) as actor:  # a new actor gets the new route
+        summary = actor.summary(timeout=180)
     assert summary["stopped_by"] == "frames" and summary["frames"] >= 1000
 
 
@@ -267,15 +250,10 @@ def test_a_periodic_checkpoint_on_a_full_disk_leaves_the_run_alive(run):
 
 def test_stop_leaves_a_consistent_final_checkpoint(run):
     client = run["client"]
-    actor = actor_process(run, 10_000_000)
-    try:
-        first_insert(actor)
+    with actor_process(run, 10_000_000) as actor:
+        actor.wait_log("inserted")
         final = client.stop(wait=True)  # while the actor inserts
-        out, err = actor.communicate(timeout=120)
-    finally:
-        actor.kill()
-    assert actor.returncode == 0, err[-3000:]
-    summary = json.loads(out.splitlines()[-1])
+        summary = actor.summary(timeout=120)
     assert summary["stopped_by"].startswith("run:") and summary["frames"] > 0
     run["trainer"].join(timeout=120)
     assert not run["trainer"].is_alive()

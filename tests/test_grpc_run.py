@@ -1,4 +1,8 @@
-"""End-to-end: a CLI run with no collectors, fed and controlled over gRPC by other processes."""
+"""End-to-end: a CLI run with no collectors, fed and controlled over gRPC by other processes.
+
+The tests share one run (``runs``); the stop's test takes it, so a test after it gets a fresh
+one, and each test also runs alone.
+"""
 
 from __future__ import annotations
 
@@ -17,6 +21,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from replay.wire.transport import insert_streams
 from services.grpc.client import RelayClient
 from tests import diskfaults
+from tests.cli_run import CliRun, SharedRun
 from tests.conftest import PYTHON, ROOT, cli_env
 from tests.grpc_probe import transitions
 
@@ -44,7 +49,7 @@ RUN_ARGS = (
     "checkpoint.keep=10",
 )
 
-pytestmark = pytest.mark.slow  # every test here starts a run of its own
+pytestmark = pytest.mark.e2e  # a CLI run shared by the module, fed by other processes
 
 
 def scraped(port: int, name: str, **labels: str) -> float:
@@ -59,51 +64,34 @@ def scraped(port: int, name: str, **labels: str) -> float:
     )
 
 
-class Run:
-    """A ``python -m services.train`` subprocess whose gRPC address is read from its log."""
+class Served:
+    """A run with no collectors (a :class:`CliRun`), its gRPC address read from its log."""
 
     def __init__(self, run_dir, *extra: str) -> None:
         self.run_dir = run_dir
-        self.stdout = open(run_dir.parent / f"{run_dir.name}.stdout", "w+")  # noqa: SIM115
-        self.process = subprocess.Popen(
-            [PYTHON, "-m", "services.train", *RUN_ARGS, "--set", f"run.dir={run_dir}", *extra],
-            cwd=ROOT,
-            env=cli_env(),
-            stdout=self.stdout,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        self.log: list[str] = []
-        self.address: str | None = None
-        self.found = threading.Event()
-        self.reader = threading.Thread(target=self._read, daemon=True)
-        self.reader.start()
-        assert self.found.wait(120), "".join(self.log[-20:])
-        assert self.address, "".join(self.log[-20:])
-        self.client = RelayClient(self.address, token=TOKEN)
+        self.cli = CliRun(*RUN_ARGS, *extra, run_dir=run_dir)
+        try:
+            self.address = self.cli.wait_log(ADDRESS.pattern, timeout=120).group(1)
+            self.client = RelayClient(self.address, token=TOKEN)
+            self.client.wait_health("SERVING", timeout=120)
+        except BaseException:
+            self.cli.close()
+            raise
 
-    def _read(self) -> None:
-        for line in self.process.stderr:
-            self.log.append(line)
-            match = ADDRESS.search(line)
-            if match and self.address is None:
-                self.address = match.group(1)
-                self.found.set()
-        self.found.set()
+    @property
+    def process(self):
+        return self.cli.process
 
-    def finish(self, timeout: float = 120) -> tuple[int, dict]:
-        code = self.process.wait(timeout=timeout)
-        self.reader.join(timeout=10)
-        self.stdout.seek(0)
-        lines = self.stdout.read().splitlines()
-        return code, json.loads(lines[-1]) if lines and lines[-1].startswith("{") else {}
+    @property
+    def log(self) -> list[str]:
+        return self.cli.log
+
+    def metrics_port(self) -> int:
+        return int(self.cli.wait_log(METRICS.pattern, timeout=60).group(1))
 
     def close(self) -> None:
         self.client.close()
-        if self.process.poll() is None:
-            self.process.kill()
-            self.process.wait(timeout=30)
-        self.stdout.close()
+        self.cli.close()
 
 
 def probe(mode: str, address: str) -> dict:
@@ -120,18 +108,27 @@ def probe(mode: str, address: str) -> dict:
 
 
 @pytest.fixture(scope="module")
-def served(tmp_path_factory):
-    """One run for the module; its tests go in file order and the last one stops it."""
-    run = Run(tmp_path_factory.mktemp("grpc") / "run")
-    try:
-        run.client.wait_health("SERVING", timeout=120)
-        yield {"run": run}
-    finally:
-        run.close()
+def runs(tmp_path_factory):
+    """The module's shared run: one for all its tests, another after a test has stopped it."""
+    with SharedRun(lambda n: Served(tmp_path_factory.mktemp(f"grpc{n}") / "run")) as shared:
+        yield shared
+
+
+@pytest.fixture
+def served(runs) -> Served:
+    """The shared run, serving."""
+    return runs.get()
 
 
 def test_external_actor_feeds_a_run_without_collectors(served):
-    run = served["run"]
+    run = served
+    port = run.metrics_port()
+    before = run.client.status()
+    scraped_before = {
+        (name, source): scraped(port, name, source=source)
+        for name in ("relayrl_frames_total", "relayrl_transitions_total")
+        for source in ("external", "collector")
+    }
     result = subprocess.run(
         [PYTHON, "-m", "services.external_actor", "--address", run.address,
          "--token", ACTOR_TOKEN, "--frames", "2000", "--batch-frames", "256"],
@@ -143,17 +140,21 @@ def test_external_actor_feeds_a_run_without_collectors(served):
     assert actor["weight_fetches"] >= 1 and actor["weights_version"] >= 0
     status = run.client.status()
     assert status.state == "running"
-    assert status.frames == status.external_frames == status.transitions == actor["frames"]
-    sizes = [shard.size for shard in status.replay]
+    assert status.frames == status.external_frames == status.transitions  # no collectors
+    assert status.frames - before.frames == actor["frames"]  # whatever came before this test
+    sizes = [now.size - then.size for now, then in zip(status.replay, before.replay, strict=True)]
     assert sum(sizes) == actor["frames"] and min(sizes) > 0  # one writer fills every shard
-    port = next(int(m.group(1)) for line in run.log if (m := METRICS.search(line)))
-    assert scraped(port, "relayrl_frames_total", source="external") == actor["frames"]
-    assert scraped(port, "relayrl_transitions_total", source="external") == actor["frames"]
+
+    def added(name: str, source: str) -> float:
+        return scraped(port, name, source=source) - scraped_before[(name, source)]
+
+    assert added("relayrl_frames_total", "external") == actor["frames"]
+    assert added("relayrl_transitions_total", "external") == actor["frames"]
     assert scraped(port, "relayrl_frames_total", source="collector") == 0
 
 
 def test_inserts_are_stored_counted_and_retries_acknowledged(served):
-    out = probe("insert", served["run"].address)
+    out = probe("insert", served.address)
     assert out["items"] == [300, 2000] and out["counted"] == 2300
     assert out["writer_ids"] == ["external/probe-insert"] * 2
     assert out["frames_after"] - out["frames_before"] == 2300
@@ -164,7 +165,7 @@ def test_inserts_are_stored_counted_and_retries_acknowledged(served):
 
 
 def test_weights_newer_than_a_version_load_into_a_policy_that_acts(served):
-    out = probe("weights", served["run"].address)
+    out = probe("weights", served.address)
     assert out["generation"] == 0 and out["version"] >= 0
     assert "0.weight" in out["keys"]
     assert len(out["actions"]) == 5 and set(out["actions"]) <= {0, 1}
@@ -172,7 +173,7 @@ def test_weights_newer_than_a_version_load_into_a_policy_that_acts(served):
 
 
 def test_bad_inputs_are_refused_and_nothing_is_stored(served):
-    out = probe("bad", served["run"].address)
+    out = probe("bad", served.address)
     cases = out["cases"]
     expected = {
         "unknown_dtype": "'observation'",
@@ -221,7 +222,7 @@ def consistent_cut(path: str) -> int:
 
 
 def test_control_is_answered_while_the_insert_capacity_is_taken(served):
-    run = served["run"]
+    run = served
     release = threading.Event()
     streams = insert_streams(16)  # grpc.max_workers: 16
     with RelayClient(run.address, token=ACTOR_TOKEN) as holder:
@@ -256,7 +257,7 @@ def test_control_is_answered_while_the_insert_capacity_is_taken(served):
 
 
 def test_checkpoint_requests_that_arrive_together_share_a_cut(served):
-    client = served["run"].client
+    client = served.client
     with concurrent.futures.ThreadPoolExecutor(8) as pool:
         paths = list(pool.map(lambda _: client.checkpoint(), range(8)))
     assert 1 <= len(set(paths)) <= 2  # one cut, and one for requests that came meanwhile
@@ -264,38 +265,47 @@ def test_checkpoint_requests_that_arrive_together_share_a_cut(served):
         consistent_cut(path)
 
 
-def test_checkpoint_and_stop_while_an_actor_inserts(served):
-    run = served["run"]
-    client = run.client
-    actor = subprocess.Popen(
-        [PYTHON, "-m", "services.external_actor", "--address", run.address,
-         "--token", ACTOR_TOKEN, "--frames", "10000000", "--batch-frames", "128"],
-        cwd=ROOT, env=cli_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
-    try:
-        for line in actor.stderr:  # the cut comes while the actor keeps inserting
-            if "inserted" in line:
-                break
-        path = client.checkpoint()
-        assert client.status().last_checkpoint == path
-        served["checkpoint"] = path
-        served["frames"] = consistent_cut(path)
+@pytest.fixture(scope="module")
+def stopped(runs) -> dict:
+    """The shared run checkpointed, then stopped over gRPC while an actor inserts: what was seen.
 
-        assert client.stop(wait=False) == ""
-        assert client.health() == "NOT_SERVING"  # from the moment the stop is accepted
-        with pytest.raises(grpc.RpcError) as refused:
-            client.insert([transitions(8)])
-        assert refused.value.code() == grpc.StatusCode.UNAVAILABLE
-        code, summary = run.finish()
-        out, err = actor.communicate(timeout=120)
-    finally:
-        actor.kill()
-    assert code == 0, "".join(run.log[-30:])
-    assert actor.returncode == 0, err[-3000:]
-    assert json.loads(out.splitlines()[-1])["stopped_by"].startswith("run:")
+    Module-scoped: the stop's test and the resume's test read the same stop, in either order.
+    """
+    run = runs.take()  # stopped here: the next test that needs a live run gets another
+    seen: dict = {"run": run}
+    with CliRun(
+        *("--address", run.address, "--token", ACTOR_TOKEN),
+        *("--frames", "10000000", "--batch-frames", "128"),
+        module="services.external_actor",
+    ) as actor:
+        actor.wait_log("inserted", timeout=120)  # the cut comes while the actor keeps inserting
+        seen["checkpoint"] = run.client.checkpoint()
+        seen["last_checkpoint"] = run.client.status().last_checkpoint
+        seen["stop"] = run.client.stop(wait=False)
+        seen["health"] = run.client.health()  # from the moment the stop is accepted
+        try:
+            run.client.insert([transitions(8)])
+        except grpc.RpcError as refused:
+            seen["insert"] = refused.code()
+        seen["code"], seen["summary"] = run.cli.finish(timeout=120)
+        seen["actor_code"], seen["actor"] = actor.finish(timeout=120)
+        seen["actor_log"] = actor.tail()
+    return seen
+
+
+def test_checkpoint_and_stop_while_an_actor_inserts(stopped):
+    run, path, summary = stopped["run"], stopped["checkpoint"], stopped["summary"]
+    assert stopped["last_checkpoint"] == path
+    frames = consistent_cut(path)
+    assert stopped["stop"] == ""
+    assert stopped["health"] == "NOT_SERVING"
+    assert stopped.get("insert") == grpc.StatusCode.UNAVAILABLE
+    assert stopped["code"] == 0, run.cli.tail()
+    assert stopped["actor_code"] == 0, stopped["actor_log"]
+    assert stopped["actor"]["stopped_by"].startswith("run:")
     assert summary["stop_reason"] == "stop requested over gRPC"
     assert summary["checkpoint"] and summary["checkpoint"] != path
-    assert consistent_cut(summary["checkpoint"]) == summary["frames"] >= served["frames"]
+    assert consistent_cut(summary["checkpoint"]) == summary["frames"] >= frames
     assert summary["optim_steps"] > 0 and summary["model_version"] == summary["optim_steps"]
     # The literal secrets reached no file of the run directory (config, metrics, summary,
     # checkpoints) and no line of its log.
@@ -306,19 +316,18 @@ def test_checkpoint_and_stop_while_an_actor_inserts(served):
         assert not [line for line in run.log if secret in line], secret
 
 
-def test_resume_accepts_the_grpc_checkpoint_and_a_failed_final_one_exits_1(served, tmp_path):
-    assert "checkpoint" in served, "needs the checkpoint of the previous test"
-    run = Run(tmp_path / "resumed", "--resume", served["checkpoint"])
+def test_resume_accepts_the_grpc_checkpoint_and_a_failed_final_one_exits_1(stopped, tmp_path):
+    frames = consistent_cut(stopped["checkpoint"])
+    run = Served(tmp_path / "resumed", "--resume", stopped["checkpoint"])
     try:
-        run.client.wait_health("SERVING", timeout=120)
         status = run.client.status()
-        assert status.frames == served["frames"]
-        assert sum(s.size for s in status.replay) == served["frames"]
+        assert status.frames == frames
+        assert sum(s.size for s in status.replay) == frames
         assert any("resumed from" in line for line in run.log)
         rotation = run.run_dir / "checkpoints"
         with diskfaults.refusing(rotation):  # the final checkpoint cannot be written
             run.client.stop(wait=False)
-            code, summary = run.finish()
+            code, summary = run.cli.finish()
         assert code == 1 and summary == {}
         message = next(line for line in run.log if line.startswith("relayrl: checkpoint under"))
         assert str(rotation) in message and "not written" in message

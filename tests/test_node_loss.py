@@ -28,9 +28,10 @@ from pathlib import Path
 import pytest
 
 from services.checkpoints.store import latest_valid
-from tests.conftest import PYTHON, ROOT, cli_env, processes_naming
+from tests.cli_run import CliRun
+from tests.conftest import cli_env, processes_naming
 
-pytestmark = pytest.mark.slow  # every test here starts a run of its own
+pytestmark = pytest.mark.e2e  # every test here starts a run of its own
 
 
 def free_port() -> int:
@@ -56,6 +57,10 @@ class TwoNodes:
         self.ray("start", "--head", f"--port={self.port}", "--include-dashboard=false",
                  '--resources={"head": 100}', *common, env=head_env)  # fmt: skip
         self.ray("start", f"--address=127.0.0.1:{self.port}", '--resources={"worker": 1}', *common)
+
+    def run_env(self) -> dict[str, str]:
+        """The environment of a run joining this cluster."""
+        return {**self.env, "RAY_ADDRESS": f"127.0.0.1:{self.port}"}
 
     def ray(self, *args, env=None):
         subprocess.run(
@@ -93,9 +98,9 @@ class TwoNodes:
                     os.kill(pid, sig)
 
 
-def frames_in(progress_line: str) -> int:
-    """Frames counted so far, from a progress line ``frames 5,120/40,000 | ...``."""
-    return int(progress_line.split()[1].split("/")[0].replace(",", ""))
+def sets(settings) -> list[str]:
+    """``--set`` arguments for each setting."""
+    return [arg for setting in settings for arg in ("--set", setting)]
 
 
 @pytest.fixture(scope="module")
@@ -110,42 +115,19 @@ def two_nodes():
 def test_losing_a_worker_node_mid_run_re_places_its_actors_and_frames_stay_exact(
     two_nodes, tmp_path
 ):
-    process = subprocess.Popen(
-        [
-            PYTHON,
-            "-m",
-            "services.train",
-            "--set",
-            "controller.total_frames=40000",
-            "--set",
-            "controller.log_interval_s=0.5",
-            "--set",
-            "learner.resources_per_rank={CPU: 1, head: 1}",
-            "--set",
-            "checkpoint.interval_frames=4000",
-            "--set",
-            "replay.health_interval_s=0.2",
-            "--set",
-            f"run.dir={tmp_path}",
-            "--set",
-            "metrics.enabled=false",
-        ],
-        cwd=ROOT,
-        env={**two_nodes.env, "RAY_ADDRESS": f"127.0.0.1:{two_nodes.port}"},
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
+    settings = (
+        "controller.total_frames=40000",
+        "controller.log_interval_s=0.5",
+        "learner.resources_per_rank={CPU: 1, head: 1}",
+        "checkpoint.interval_frames=4000",
+        "replay.health_interval_s=0.2",
+        "metrics.enabled=false",
     )
-    try:
-        for line in process.stdout:
-            if line.startswith("frames ") and frames_in(line) > 5000:
-                os.kill(two_nodes.worker_raylet(), signal.SIGKILL)  # the node is gone
-                break
-        out, err = process.communicate(timeout=300)
-    finally:
-        process.kill()
-    assert process.returncode == 0, err[-3000:]
-    summary = json.loads(out.strip().splitlines()[-1])
+    with CliRun(*sets(settings), run_dir=tmp_path, env=two_nodes.run_env()) as run:
+        run.until_frames(5000)
+        os.kill(two_nodes.worker_raylet(), signal.SIGKILL)  # the node is gone
+        summary = run.summary(timeout=300)
+        err = run.tail()
     # Something of the run lived on the lost node and was restarted elsewhere.
     assert summary["collector_failures"] + summary["replay_restarts"] >= 1, err[-3000:]
     assert summary["frames"] == summary["transitions"] >= 40000
@@ -179,30 +161,19 @@ def test_auto_collectors_grow_with_a_joining_node_and_drop_a_lost_nodes(two_node
     for pid in cluster.pids(b"raylet/raylet", b"static_resource_list=worker"):
         os.kill(pid, signal.SIGKILL)  # the head alone (the node-loss test has killed it already)
     run_dir = tmp_path / "run"
-    process = subprocess.Popen(
-        [PYTHON, "-m", "services.train"]
-        + [
-            arg
-            for setting in (
-                "collector.num_collectors=auto",
-                "collector.num_cpus=1",
-                "collector.max_collectors=4",
-                "replay.num_shards=1",
-                "replay.num_cpus=0.5",
-                "learner.resources_per_rank={CPU: 1, head: 1}",
-                "controller.total_frames=100000000",
-                "controller.log_interval_s=0.5",
-                f"run.dir={run_dir}",
-                "metrics.enabled=false",
-            )
-            for arg in ("--set", setting)
-        ],
-        cwd=ROOT,
-        env={**cluster.env, "RAY_ADDRESS": f"127.0.0.1:{cluster.port}"},
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
+    settings = (
+        "collector.num_collectors=auto",
+        "collector.num_cpus=1",
+        "collector.max_collectors=4",
+        "replay.num_shards=1",
+        "replay.num_cpus=0.5",
+        "learner.resources_per_rank={CPU: 1, head: 1}",
+        "controller.total_frames=100000000",
+        "controller.log_interval_s=0.5",
+        "metrics.enabled=false",
     )
+    run = CliRun(*sets(settings), run_dir=run_dir, env=cluster.run_env())
+    process = run.process
     try:
         started = wait_for(
             run_dir, process, "collection on the head", lambda r: r.get("frames", 0) > 0
@@ -243,12 +214,10 @@ def test_auto_collectors_grow_with_a_joining_node_and_drop_a_lost_nodes(two_node
                 and r["frames"] > max(dropped["frames"], on_four["frames"])
             ),
         )
-        process.send_signal(signal.SIGTERM)
-        out, err = process.communicate(timeout=180)
+        run.send_signal(signal.SIGTERM)
+        summary = run.summary(timeout=180)
     finally:
-        process.kill()
-    assert process.returncode == 0, err[-3000:]
-    summary = json.loads(out.strip().splitlines()[-1])
+        run.close()
     assert summary["frames"] == summary["transitions"] > on_four["frames"]
     _, manifest = latest_valid(run_dir / "checkpoints")
     assert manifest["counters"]["collected_frames"] == summary["frames"]

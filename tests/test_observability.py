@@ -2,8 +2,8 @@
 
 import json
 import re
+import signal
 import subprocess
-import threading
 import urllib.request
 from pathlib import Path
 from types import SimpleNamespace
@@ -16,6 +16,7 @@ from collector.receipts import RolloutReceipt
 from services.config import load_config
 from services.driver.stats import RunCounters
 from services.observe.metrics import METRICS, MetricsExporter, exported_name, metrics_table
+from tests.cli_run import CliRun, frames_of, is_progress
 from tests.conftest import PYTHON, ROOT, cli_env
 
 HISTOGRAM_SUFFIXES = ("_bucket", "_sum", "_count", "_created")
@@ -35,10 +36,6 @@ def scrape(port: int) -> dict[str, list]:
 FRAMES = "relayrl_frames_total"
 
 
-def frames_of(progress_line: str) -> int:
-    return int(progress_line.split()[1].split("/")[0].replace(",", ""))
-
-
 def value(samples, name, **labels):
     matches = [
         v for lab, v in samples.get(name, []) if all(lab.get(k) == x for k, x in labels.items())
@@ -54,56 +51,39 @@ def dashboard_series() -> set[str]:
     return {name for expr in exprs for name in re.findall(r"relayrl_[a-z_]+", expr)}
 
 
-def scrape_at_start(process, port: int, found: dict) -> None:
-    """Scrapes once the run is prepared (its exporter attached), before its actors start."""
-    for line in process.stderr:
+def scrape_at_start(port: int, found: dict):
+    """A log reader that scrapes once the run is prepared (its exporter attached), before its
+    actors start."""
+
+    def read(line: str) -> None:
         if "relayrl: Ray at" in line:
             found["ray"] = line
         if "relayrl: run id" in line and "scrape" not in found:
             found["scrape"] = scrape(port)
             found["run"] = line.split("run id ")[1].split()[0]
 
+    return read
 
-@pytest.mark.slow
+
+@pytest.mark.e2e
 def test_scrapes_during_a_run_then_plot(tmp_path, free_port):
     run_dir = tmp_path / "run"
-    process = subprocess.Popen(
-        [
-            PYTHON,
-            "-m",
-            "services.train",
-            "--set",
-            "controller.total_frames=16000",
-            "--set",
-            "controller.log_interval_s=0.5",
-            "--set",
-            f"metrics.port={free_port}",
-            "--set",
-            f"run.dir={run_dir}",
-        ],
-        cwd=ROOT,
-        env=cli_env(),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    args = ["--set", "controller.total_frames=16000", "--set", "controller.log_interval_s=0.5"]
+    args += ["--set", f"metrics.port={free_port}"]
     scrapes = []
-    lines = []
     at_start: dict = {}
-    reader = threading.Thread(target=scrape_at_start, args=(process, free_port, at_start))
-    reader.start()
-    try:
-        for line in process.stdout:
-            lines.append(line)
-            ready = line.startswith("frames ") and len(scrapes) < 2 and "return -" not in line
-            # The second scrape waits for a progress line well past the first scrape's frames.
-            if ready and (not scrapes or frames_of(line) > value(scrapes[0], FRAMES) + 1000):
-                scrapes.append(scrape(free_port))
-        assert process.wait(timeout=240) == 0
-    finally:
-        process.kill()
-        reader.join(timeout=60)
-    assert len(scrapes) == 2, "".join(lines[-5:])
+
+    def due(line: str) -> bool:
+        """A progress line with episodes; for the second scrape, well past the first's frames."""
+        ready = is_progress(line) and "return -" not in line
+        return ready and (not scrapes or frames_of(line) > value(scrapes[0], FRAMES) + 1000)
+
+    with CliRun(*args, run_dir=run_dir, on_log=scrape_at_start(free_port, at_start)) as run:
+        for _ in range(2):
+            run.until(due, what="a progress line to scrape at")
+            scrapes.append(scrape(free_port))
+        run.send_signal(signal.SIGTERM)  # scraped twice: the rest of the budget adds nothing
+        summary = run.summary(timeout=240)
     assert "dashboard off" in at_start["ray"]  # not started: a run does not use it
     # Every series a dashboard panel reads exists from the start, at 0 (the last checkpoint's
     # timestamp starts at the run's start), so no panel shows "No data".
@@ -126,7 +106,6 @@ def test_scrapes_during_a_run_then_plot(tmp_path, free_port):
     for shard in ("0", "1"):
         assert 0 < value(second, "relayrl_replay_size", shard=shard) <= 50_000
         assert value(second, "relayrl_replay_inserts_total", shard=shard) > 0
-    summary = json.loads(lines[-1])
     assert summary["frames"] >= value(second, "relayrl_frames_total")
 
     result = subprocess.run(

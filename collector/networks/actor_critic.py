@@ -131,7 +131,7 @@ class ActorCritic(nn.Module):
         if self.spec.distribution == "categorical":
             return torch.distributions.Categorical(logits=out)
         if self.spec.squash:
-            raise NotImplementedError("squashed Gaussians: use collector.networks.squashed (SAC)")
+            raise NotImplementedError("squashed Gaussians: use collector.networks.squashed")
         scale = self.log_std.expand_as(out).exp()
         return torch.distributions.Independent(torch.distributions.Normal(out, scale), 1)
 

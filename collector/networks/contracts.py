@@ -9,12 +9,14 @@ network in one way, and a user's network is called the same way. The factory is 
 each). Observations arrive as the env gives them: float32 ``[B, *obs_shape]``, or uint8 stacked
 frames ``[B, S, H, W]`` for pixel envs (the network scales them).
 
-* ``q`` (``dqn``): :class:`QValues`.
-* ``actor_critic`` (``ppo``, ``a2c``, ``reinforce``): :class:`ActorCriticNetwork`.
-* ``squashed`` (``sac``): :class:`GaussianActorBody`, optionally with ``make_critic()`` making a
-  :class:`QCritic` (relayrl builds the twin critics and their targets from it).
-* ``agents`` (``iql``, ``vdn``, ``qmix``): :class:`AgentQValues`, one parameter-shared
+* ``q`` (e.g. ``dqn``): :class:`QValues`.
+* ``actor_critic`` (e.g. ``ppo``, ``a2c``, ``reinforce``): :class:`ActorCriticNetwork`.
+* ``squashed`` (e.g. ``sac``): :class:`GaussianActorBody`, optionally with ``make_critic()``
+  making a :class:`QCritic` (relayrl builds the twin critics and their targets from it).
+* ``agents`` (e.g. ``iql``, ``vdn``, ``qmix``): :class:`AgentQValues`, one parameter-shared
   per-agent network.
+
+Which family an algorithm uses is its registration's network (``learner.algorithms``).
 
 :func:`probe` checks a built network on a dummy batch before any actor starts; a wrong shape is
 refused naming ``learner.network``, the factory and the shape.
@@ -26,7 +28,7 @@ Examples:
     >>> box, two = gym.spaces.Box(-1, 1, (4,)), gym.spaces.Discrete(2)
     >>> probe(spec.family, spec.build(), box, two)
     >>> try:
-    ...     probe("q", torch.nn.Linear(4, 3), box, two, name="mine:net")
+    ...     probe("q", torch.nn.Linear(4, 3), box, two, name="mine:net", algorithm="dqn")
     ... except ValueError as err:
     ...     print(err)
     learner.network: mine:net maps observations [2, 4] to [2, 3]; dqn needs Q-values [2, 2] (one
@@ -43,12 +45,6 @@ import torch
 from torch import nn
 
 FAMILIES = ("q", "actor_critic", "squashed", "agents")
-_ALGORITHMS = {
-    "q": "dqn",
-    "actor_critic": "ppo, a2c and reinforce",
-    "squashed": "sac",
-    "agents": "iql, vdn and qmix",
-}
 
 
 @runtime_checkable
@@ -139,6 +135,7 @@ def probe(
     action_space: gym.Space,
     *,
     name: str = "the factory",
+    algorithm: str | None = None,
     batch: int = 2,
 ) -> None:
     """Runs ``network`` (as the run builds it) on a dummy batch and checks its family's shapes.
@@ -150,6 +147,7 @@ def probe(
         observation_space: The env's observation space.
         action_space: The env's action space.
         name: The factory's ``module:function`` (named in refusals).
+        algorithm: The run's algorithm (named in refusals; None: the family).
         batch: Rows of the dummy batch.
 
     Raises:
@@ -157,7 +155,7 @@ def probe(
     """
     obs = dummy_observation(observation_space, batch)
     where = f"learner.network: {name}"
-    need = _ALGORITHMS[family]
+    need = algorithm or f"the {family} family"
     try:
         with torch.no_grad():
             if family == "q":
@@ -165,9 +163,9 @@ def probe(
             elif family == "actor_critic":
                 _check_actor_critic(network, obs, action_space, where)
             elif family == "squashed":
-                _check_squashed(network, obs, action_space, where)
+                _check_squashed(network, obs, action_space, where, need)
             else:
-                _check_agents(network(obs), obs, action_space, where)
+                _check_agents(network(obs), obs, action_space, where, need)
     except (RuntimeError, TypeError, AttributeError, NotImplementedError) as err:
         raise ValueError(
             f"{where} fails on a batch of observations {_shape(obs)}: {type(err).__name__}: {err}"
@@ -236,7 +234,7 @@ def _check_actor_critic(network, obs, action_space, where) -> None:
         )
 
 
-def _check_squashed(actor, obs, action_space, where) -> None:
+def _check_squashed(actor, obs, action_space, where, need) -> None:
     n, width = obs.shape[0], int(action_space.shape[0])
     body = actor.body
     mean, log_std = _pair(body(obs), obs, where, "(mean, log_std)")
@@ -244,7 +242,7 @@ def _check_squashed(actor, obs, action_space, where) -> None:
         if tuple(tensor.shape) != (n, width):
             raise ValueError(
                 f"{where} gives a {label} of shape {_shape(tensor)} for observations "
-                f"{_shape(obs)}; sac needs [{n}, {width}] for {action_space}"
+                f"{_shape(obs)}; {need} needs [{n}, {width}] for {action_space}"
             )
     make_critic = getattr(body, "make_critic", None)
     if make_critic is None:
@@ -257,13 +255,12 @@ def _check_squashed(actor, obs, action_space, where) -> None:
         )
 
 
-def _check_agents(q, obs, action_space, where) -> None:
+def _check_agents(q, obs, action_space, where, need) -> None:
     n, agents = obs.shape[0], obs.shape[1]
     actions = int(action_space.nvec[0])
     if not isinstance(q, torch.Tensor) or tuple(q.shape) != (n, agents, actions):
         features = obs.shape[-1] + agents
         raise ValueError(
             f"{where} maps agent features [{n}, {agents}, {features}] to {_shape(q)}; "
-            f"iql, vdn and qmix need Q-values [{n}, {agents}, {actions}] (one per action of "
-            f"each agent)"
+            f"{need} needs Q-values [{n}, {agents}, {actions}] (one per action of each agent)"
         )

@@ -1,12 +1,12 @@
 """GPU checks of the algorithm losses: ``python -m learner.gpu.algorithms`` on a CUDA machine.
 
-Needs torch and tensordict only (no Ray, no gymnasium), so it runs on an accelerator image that
-lacks the rest of the stack. For each loss (dueling double DQN, PPO, A2C, REINFORCE, SAC) a
-:class:`learner.core.LearnerCore` on ``cuda:0`` and one on the CPU start from the same weights
-and take the same steps on the same batches: their losses must agree (to float32 tolerance on
-the first step), the GPU core's state must load with ``weights_only=True`` into a fresh core
-and continue identically, and the GPU training speed is reported. Prints one JSON line; exits 1
-when a check fails.
+Needs torch, tensordict and gymnasium (for the registrations' network builders) but no Ray, so
+it runs on an accelerator image that lacks the rest of the stack. For each registration with a
+``gpu_check`` (``learner.algorithms``) a :class:`learner.core.LearnerCore` on ``cuda:0`` and one
+on the CPU start from the same weights and take the same steps on the same batches: their
+losses must agree (to float32 tolerance on the first step), the GPU core's state must load with
+``weights_only=True`` into a fresh core and continue identically, and the GPU training speed is
+reported. Prints one JSON line; exits 1 when a check fails.
 """
 
 from __future__ import annotations
@@ -17,43 +17,57 @@ import sys
 import time
 import traceback
 
+import gymnasium as gym
 import torch
 from tensordict import TensorDict
 
-from collector.networks.actor_critic import ActorCriticSpec
-from collector.networks.q_mlp import ModelSpec
-from collector.networks.squashed import SquashedGaussianSpec
+from collector.networks.builders import NETWORKS, NetworkOptions
+from learner.algorithms import ALGORITHMS
 from learner.config import LearnerConfig
 from learner.core import LearnerCore
 
-CASES = {
-    "dqn": (ModelSpec(8, 4, (256, 256), dueling=True), {"loss": "dqn", "dueling": True}),
-    "ppo": (ActorCriticSpec(8, 4, hidden_sizes=(256, 256)), {"loss": "ppo"}),
-    "a2c": (ActorCriticSpec(8, 2, "gaussian", (256, 256)), {"loss": "a2c"}),
-    "reinforce": (ActorCriticSpec(8, 4, hidden_sizes=(256, 256)), {"loss": "reinforce"}),
-    "sac": (SquashedGaussianSpec(8, 2, (-1.0, -1.0), (1.0, 1.0), (256, 256)), {"loss": "sac"}),
-}
+OBS_DIM, ACTIONS, HIDDEN = 8, 4, (256, 256)
+
+
+def cases() -> dict[str, tuple]:
+    """Each registration with a ``gpu_check``: its network's spec and its learner options."""
+    found = {}
+    for name, algo in ALGORITHMS.items():
+        check = algo.gpu_check
+        if check is None:
+            continue
+        options = {"loss": algo.loss, **check.learner}
+        obs_space = gym.spaces.Box(-1.0, 1.0, (OBS_DIM,))
+        action_space = (
+            gym.spaces.Box(-1.0, 1.0, (2,)) if check.continuous else gym.spaces.Discrete(ACTIONS)
+        )
+        network = NetworkOptions(
+            "gpu-check", hidden_sizes=HIDDEN, dueling=bool(options.get("dueling"))
+        )
+        found[name] = (NETWORKS[algo.network](network, obs_space, action_space), options)
+    return found
 
 
 def batch(name: str, spec, n: int, seed: int) -> TensorDict:
     """Random transitions shaped for ``name``'s loss, on the CPU."""
+    algo = ALGORITHMS[name]
     g = torch.Generator().manual_seed(seed)
-    obs = torch.randn(n, 8, generator=g)
+    obs = torch.randn(n, OBS_DIM, generator=g)
     data = {"observation": obs, "reward": torch.randn(n, generator=g)}
-    if name in ("dqn", "sac"):
-        data["next_observation"] = torch.randn(n, 8, generator=g)
+    continuous = algo.gpu_check is not None and algo.gpu_check.continuous
+    action = (
+        torch.rand(n, 2, generator=g) * 2 - 1
+        if continuous
+        else torch.randint(0, ACTIONS, (n,), generator=g)
+    )
+    data["action"] = action
+    if not algo.on_policy:  # replayed transitions
+        data["next_observation"] = torch.randn(n, OBS_DIM, generator=g)
         data["terminated"] = torch.rand(n, generator=g) < 0.1
         data["n_step_discount"] = torch.full((n,), 0.99)
-    if name == "dqn":
-        data["action"] = torch.randint(0, 4, (n,), generator=g)
-    elif name == "sac":
-        data["action"] = torch.rand(n, 2, generator=g) * 2 - 1
-    else:
-        gaussian = getattr(spec, "distribution", "") == "gaussian"
-        shape = (n, spec.action_dim)
-        data["action"] = (
-            torch.randn(shape, generator=g) if gaussian else torch.randint(0, 4, (n,), generator=g)
-        )
+    else:  # an on-policy batch with the collectors' targets
+        if continuous:
+            data["action"] = torch.randn(n, 2, generator=g)
         data["log_prob"] = -torch.rand(n, generator=g)
         data["value"] = torch.randn(n, generator=g)
         data["advantage"] = torch.randn(n, generator=g)
@@ -63,8 +77,9 @@ def batch(name: str, spec, n: int, seed: int) -> TensorDict:
 
 def check(name: str) -> dict:
     """Runs one loss's checks; returns its figures."""
-    spec, options = CASES[name]
-    config = LearnerConfig(hidden_sizes=(256, 256), global_batch_size=256, **options)
+    spec, options = cases()[name]
+    exact = ALGORITHMS[name].gpu_check.exact
+    config = LearnerConfig(hidden_sizes=HIDDEN, global_batch_size=256, **options)
     torch.manual_seed(0)
     cpu = LearnerCore(spec, config, "cpu")
     torch.manual_seed(0)
@@ -74,7 +89,7 @@ def check(name: str) -> dict:
     first_cpu = cpu.train(batches[:1])
     first_gpu = gpu.train([b.to("cuda:0") for b in batches[:1]])
     terms = [k for k in first_cpu if k.startswith("loss_")]
-    if name != "sac":  # SAC samples actions inside its loss: device RNGs differ
+    if exact:  # a loss that samples on the device draws other numbers than on the CPU
         for key in terms:
             a, b = float(first_cpu[key]), float(first_gpu[key])
             if abs(a - b) > 1e-3 * max(1.0, abs(a)):
@@ -114,7 +129,7 @@ def main() -> int:
         print(json.dumps({"ok": False, "error": "no CUDA device"}))
         return 1
     checks = {}
-    for name in CASES:
+    for name in cases():
         try:
             checks[name] = check(name)
         except Exception as err:  # report every check, then fail

@@ -21,10 +21,11 @@ per-item ``td_error`` can feed prioritized replay. Each module's docstring state
 A factory is called as ``factory(policy_network, learner_config)``; the policy network is the
 one published to collectors, and a loss builds whatever else it needs (critics, targets).
 
-:data:`LOSSES` is the one registry of built-in losses: ``LearnerConfig`` validates
-``learner.loss`` against it and resolves ``stepper: auto`` from it, the algorithm recipes
-(``services.config.recipes``) name its keys, and :func:`loss_factory_for` builds from it. It
-holds ``module:factory`` paths, imported on use, so validating a config imports no torch.
+:data:`LOSSES` holds the built-in losses, derived from the algorithm registrations
+(``learner.algorithms``: each names its loss key, factory and stepper): ``LearnerConfig``
+validates ``learner.loss`` against it and resolves ``stepper: auto`` from it, and
+:func:`loss_factory_for` builds from it. It holds ``module:factory`` paths, imported on use, so
+validating a config imports no torch.
 
 Examples:
     >>> LOSSES["sac"]
@@ -40,6 +41,7 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any
 
+from learner.algorithms import ALGORITHMS, torchrl_factory
 from learner.plugins import resolve_factory
 
 # ``factory(policy_network: nn.Module, learner_config) -> nn.Module`` (torch imported on use).
@@ -61,14 +63,16 @@ class BuiltinLoss:
     stepper: str | None = None
 
 
-LOSSES: dict[str, BuiltinLoss] = {
-    "dqn": BuiltinLoss("learner.losses.dqn:dqn_loss"),
-    "ppo": BuiltinLoss("learner.losses.ppo:ppo_loss"),
-    "a2c": BuiltinLoss("learner.losses.a2c:a2c_loss"),
-    "reinforce": BuiltinLoss("learner.losses.reinforce:reinforce_loss"),
-    "sac": BuiltinLoss("learner.losses.sac:sac_loss", stepper="multi_optimizer"),
-    "marl": BuiltinLoss("learner.losses.marl:marl_loss"),
-}
+def _builtin_losses() -> dict[str, BuiltinLoss]:
+    losses: dict[str, BuiltinLoss] = {}
+    for algo in ALGORITHMS.values():
+        loss = BuiltinLoss(algo.loss_factory, algo.stepper)
+        if losses.setdefault(algo.loss, loss) != loss:
+            raise RuntimeError(f"loss {algo.loss!r}: registrations disagree on its factory")
+    return losses
+
+
+LOSSES: dict[str, BuiltinLoss] = _builtin_losses()
 
 
 def loss_factory_for(config) -> LossFactory:
@@ -80,9 +84,10 @@ def loss_factory_for(config) -> LossFactory:
     if config.loss in LOSSES:
         return resolve_factory(LOSSES[config.loss].factory, "loss")
     if config.loss.startswith("torchrl:"):  # a torchrl.objectives class (the torchrl extra)
-        from learner.losses.torchrl_loss import torchrl_loss
-
-        return torchrl_loss
+        found = torchrl_factory(config.loss.removeprefix("torchrl:"))
+        if found is None:
+            raise ValueError(f"loss: no registered algorithm trains {config.loss}")
+        return resolve_factory(found[1], "loss")
     return resolve_factory(config.loss, "loss")
 
 

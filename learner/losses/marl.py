@@ -101,6 +101,7 @@ class MultiAgentQLoss(nn.Module):
                 if not isinstance(discount, float):
                     discount = discount.unsqueeze(-1)
             else:
+                assert self.target_mixer is not None  # a copy of the mixer
                 next_value = self._mix(self.target_mixer, next_q, batch, "next_state")
             target = reward + discount * not_done * next_value
         value = q if self.mixer is None else self._mix(self.mixer, q, batch, "state")
@@ -126,6 +127,7 @@ class MultiAgentQLoss(nn.Module):
         """Copies (``tau=1``) or Polyak-averages the agent network and mixer into their targets."""
         pairs = [(self.target_agent_network, self.agent_network)]
         if self.mixer is not None:
+            assert self.target_mixer is not None  # a copy of the mixer
             pairs.append((self.target_mixer, self.mixer))
         for target_module, online_module in pairs:
             for target, online in zip(

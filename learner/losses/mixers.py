@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from learner.options import MIXERS
+from learner.algorithms.marl import MIXERS
 
 
 class VDNMixer(nn.Module):

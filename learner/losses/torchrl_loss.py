@@ -64,10 +64,11 @@ import torch
 from tensordict import TensorDict
 from torch import nn
 
+from learner.algorithms import named_torchrl_classes, torchrl_factory
+from learner.plugins import resolve_factory
+
 PREFIX = "torchrl:"
 INSTALL = 'pip install "relayrl[torchrl]"'
-# Classes built around relayrl's actor-critic (learner.losses.torchrl_ppo), by algorithm.
-ACTOR_CRITIC_CLASSES = {"ClipPPOLoss": "ppo"}
 
 
 def is_torchrl_loss(name: str) -> bool:
@@ -75,9 +76,14 @@ def is_torchrl_loss(name: str) -> bool:
     return name.startswith(PREFIX)
 
 
-def torchrl_algorithm(name: str) -> str:
-    """The algorithm a ``torchrl:<Class>`` loss trains: ``ppo`` (``ClipPPOLoss``) or ``dqn``."""
-    return ACTOR_CRITIC_CLASSES.get(name[len(PREFIX) :], "dqn")
+def torchrl_algorithm(name: str) -> str | None:
+    """The algorithm a ``torchrl:<Class>`` loss trains (None: none).
+
+    From the registrations' ``torchrl_losses``: a class one names, else the one taking any
+    class with a ``value_network``.
+    """
+    found = torchrl_factory(name[len(PREFIX) :])
+    return None if found is None else found[0]
 
 
 def check_torchrl_loss(name: str) -> None:
@@ -107,7 +113,8 @@ def loss_class(name: str) -> type:
     cls = getattr(objectives, class_name, None)
     if not (inspect.isclass(cls) and issubclass(cls, objectives.LossModule)):
         raise ValueError(f"loss: {name}: torchrl.objectives has no loss class {class_name!r}")
-    if class_name in ACTOR_CRITIC_CLASSES:
+    named = named_torchrl_classes()
+    if class_name in named:
         return cls
     parameters = inspect.signature(cls).parameters
     required = {
@@ -120,7 +127,7 @@ def loss_class(name: str) -> type:
         raise ValueError(
             f"loss: {name}: relayrl builds TorchRL losses around its Q-network "
             "(classes taking value_network, e.g. torchrl:DQNLoss) or its actor-critic "
-            f"({', '.join(PREFIX + c for c in ACTOR_CRITIC_CLASSES)}); use relayrl's own loss "
+            f"({', '.join(PREFIX + c for c in named)}); use relayrl's own loss "
             "for other algorithms"
         )
     return cls
@@ -251,13 +258,12 @@ def torchrl_loss(policy_network: nn.Module, config) -> nn.Module:
     """The ``learner.loss: torchrl:<Class>`` factory.
 
     Returns:
-        A :class:`TorchRLLoss`, or ``learner.losses.torchrl_ppo.TorchRLPPOLoss`` for
-        ``ClipPPOLoss``.
+        A :class:`TorchRLLoss` around the Q-network, or what the factory a registration names
+        for the class builds (e.g. ``ClipPPOLoss``'s: ``learner.algorithms``).
     """
-    if torchrl_algorithm(config.loss) == "ppo":
-        from learner.losses.torchrl_ppo import torchrl_ppo_loss
-
-        return torchrl_ppo_loss(policy_network, config)
+    found = torchrl_factory(config.loss[len(PREFIX) :])
+    if found is not None and found[1] != f"{__name__}:torchrl_loss":
+        return resolve_factory(found[1], "loss")(policy_network, config)
     return TorchRLLoss(
         policy_network,
         config.loss,

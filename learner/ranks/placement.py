@@ -29,7 +29,7 @@ def place_ranks(
     seed: int,
     generation: int,
     **rank_options,
-) -> tuple[PlacementGroup, list[ray.actor.ActorHandle]]:
+) -> tuple[PlacementGroup, list]:
     """Reserves ``world_size`` bundles of ``resources_per_rank`` and starts one rank in each.
 
     Ranks are named ``<run>.learner-<rank>`` in namespace ``relayrl`` and are not restarted by

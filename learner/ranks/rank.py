@@ -16,6 +16,7 @@ import torch.distributed as dist
 
 from learner.config import LearnerConfig
 from learner.determinism import deterministic_kernels, state_digest
+from learner.plugins import STEPPERS
 from learner.ranks.rendezvous import open_store
 from learner.receipts import StaleGenerationError, StepReceipt
 from learner.weights import Schema, tensor_schema
@@ -27,6 +28,11 @@ if TYPE_CHECKING:  # loaded by join(), in the rank's process: the driver imports
     from learner.ranks.sampling import EpochPlan, RankSampler
 
 logger = logging.getLogger(__name__)
+
+
+def _partial_parameters(stepper: str) -> bool:
+    """Whether a built-in stepper's steps each touch a subset of the parameters."""
+    return stepper in STEPPERS and STEPPERS[stepper].partial_parameters
 
 
 class LearnerRank:
@@ -143,7 +149,7 @@ class LearnerRank:
         if config.world_size > 1:
             find_unused = (
                 config.find_unused_parameters
-                or config.resolved_stepper in ("delayed_policy", "multi_optimizer")
+                or _partial_parameters(config.resolved_stepper)
                 or getattr(self.core.loss_module, "find_unused_parameters", False)
             )
             self.core.train_module = DistributedDataParallel(

@@ -35,6 +35,7 @@ Examples:
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -144,7 +145,7 @@ def states_for_world_size(
     resized_from = {"world_size": len(states), "generation": meta.get("generation")}
     out = []
     for rank in range(world_size):
-        rng = {
+        rng: dict[str, Any] = {
             "torch": torch_rng_state(rank_stream_seed(seed, generation, rank, "torch")),
             # Always: a CPU-saved state may restore onto GPU ranks (CPU ranks ignore it).
             "cuda": cuda_rng_state(rank_stream_seed(seed, generation, rank, "cuda")),
@@ -152,7 +153,7 @@ def states_for_world_size(
         if "replay" in source["rng"]:
             replay_seed = rank_stream_seed(seed, generation, rank, "replay")
             rng["replay"] = numpy_rng_state(replay_seed, source["rng"]["replay"])
-        state = dict(source)
+        state: dict[str, Any] = dict(source)
         state["rng"] = rng
         state["meta"] = {
             **meta,

@@ -13,6 +13,7 @@ import torch
 
 from replay.client import ReplayClient
 from replay.sampling.samplers import EmptyReplayError
+from replay.sampling.sharding import PendingSample
 
 if TYPE_CHECKING:  # annotations only: the driver plans epochs without importing tensordict
     from tensordict import TensorDict
@@ -80,7 +81,7 @@ class RankSampler:
         self.per_step = per_step
         self.prepare = prepare
         self.prefetch = prefetch
-        self.pending: tuple[int, list] | None = None
+        self.pending: tuple[int, PendingSample] | None = None
         self.ready: Future | None = None
         self._executor = ThreadPoolExecutor(1, "rank-sampler") if prefetch else None
 
@@ -131,6 +132,7 @@ class RankSampler:
     def prepare_next(self) -> None:
         """Collects and prepares the requested next round in the background."""
         if self.pending is not None:
+            assert self._executor is not None  # a request is pending with prefetch only
             _, requests = self.pending
             self.pending = None
             self.ready = self._executor.submit(lambda: self._batches(self.client.collect(requests)))

@@ -1,6 +1,7 @@
 """``python -m services.bench determinism``: same seed, same bits, and what the mode costs.
 
-For DQN (prioritized replay) and PPO, one config (2 collectors, 2 replay shards, 2 learner
+For each algorithm whose registration has ``determinism`` bench settings (DQN with prioritized
+replay and PPO), one config (2 collectors, 2 replay shards, 2 learner
 ranks) runs three times with ``run.deterministic: true`` and twice in the default mode, and
 once more deterministically stopped at half the budget and resumed from its checkpoint. The
 runs are compared by their summaries' ``digest`` (learner state and replay contents). Progress
@@ -11,7 +12,8 @@ goes to stderr; the last line of stdout is one JSON object:
   (expected false: arrival order decides);
 * ``resume_digest_equal``: stopped at half and resumed equals straight through (every
   algorithm);
-* ``frames_per_s_ratio``: DQN's mean frames/s deterministic over default (the target is 0.7 at
+* ``frames_per_s_ratio``: the default algorithm's (DQN's) mean frames/s deterministic over
+  default (the target is 0.7 at
   ``run.policy_lag`` 2); ``algorithms`` holds every figure per algorithm.
 """
 
@@ -27,6 +29,7 @@ from statistics import mean
 
 import ray
 
+from learner.algorithms import DEFAULT, bench_overrides
 from replay.local_ray import init_local_ray
 from services.config import load_config
 from services.driver.controller import Controller
@@ -42,17 +45,7 @@ COMMON = [
     "metrics.enabled=false",
     "controller.log_interval_s=5",
 ]
-ALGORITHMS = {
-    "dqn": [
-        "algorithm=dqn",
-        "replay.sampler=prioritized",
-        "learner.update_priorities=true",
-        "learner.global_batch_size=64",
-        "controller.init_random_frames=1000",
-        "controller.utd_ratio=0.125",
-    ],
-    "ppo": ["algorithm=ppo", "learner.onpolicy.num_minibatches=4"],
-}
+ALGORITHMS = bench_overrides("determinism")  # each registration's settings for this bench
 
 
 def run(overrides: list[str], resume_from: Path | None = None) -> dict:
@@ -98,8 +91,9 @@ def main(argv: list[str] | None = None) -> int:
     """Runs the benchmark and prints its JSON line."""
     parser = argparse.ArgumentParser(prog="python -m services.bench determinism")
     parser.add_argument("--frames", type=int, default=16_384, help="frames per run")
-    parser.add_argument("--policy-lag", type=int, default=2, help="run.policy_lag of DQN")
-    parser.add_argument("--algorithms", default="dqn,ppo", help="comma-separated: dqn,ppo")
+    parser.add_argument("--policy-lag", type=int, default=2, help="run.policy_lag of each run")
+    known = ",".join(ALGORITHMS)
+    parser.add_argument("--algorithms", default=known, help=f"comma-separated: {known}")
     args = parser.parse_args(argv)
     root = Path(tempfile.mkdtemp(prefix="relayrl-determinism-bench-"))
     init_local_ray(log_to_driver=False)
@@ -111,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         ray.shutdown()
         shutil.rmtree(root, ignore_errors=True)
-    first = results.get("dqn") or next(iter(results.values()))
+    first = results.get(DEFAULT) or next(iter(results.values()))
     print(
         json.dumps(
             {

@@ -41,6 +41,7 @@ from pathlib import Path
 
 import ray
 
+from learner.algorithms import featured_config
 from replay.local_ray import init_local_ray
 from replay.persist.checkpoint import load_table
 from replay.persist.items import item_rows, take_items
@@ -50,7 +51,9 @@ from services.grpc.client import RelayClient
 from services.observe.runlog import read_events
 from services.run.launch import prepare_run
 
-CONFIG = Path(__file__).resolve().parents[2] / "deploy" / "configs" / "cartpole_dqn.yaml"
+CONFIG = (
+    Path(__file__).resolve().parents[2] / "deploy" / "configs" / featured_config("bench_elastic")
+)
 TOKEN = "elastic-bench-token"
 TARGETS_S = {"collectors": 5.0, "world_size": 15.0}  # the targets on this machine
 

@@ -2,9 +2,9 @@
 
 Each run is the CLI (``python -m services.train``) in a subprocess with the algorithm's shipped
 config, one run at a time (never side by side: the figure is wall time). A run stops once the
-running mean return over the last 20 episodes reaches the task's threshold (CartPole-v1: 475
-for ``dqn``, ``ppo``, ``a2c``, ``reinforce``; Pendulum-v1: -200 for ``sac``) or its frame budget
-is spent. The time to solve is measured by the run itself from its process's start
+running mean return over the last 20 episodes reaches the task's threshold (each registration's
+``solve`` task in ``learner.algorithms``: e.g. CartPole-v1 to 475, Pendulum-v1 to -200) or its
+frame budget is spent. The time to solve is measured by the run itself from its process's start
 (``return_milestones[...].process_s`` in its summary, so interpreter and import time count);
 ``startup_s`` is process start to the first counted rollout.
 
@@ -27,19 +27,15 @@ import tempfile
 import time
 from pathlib import Path
 
+from learner.algorithms import solve_tasks
+
 ROOT = Path(__file__).resolve().parents[2]
-TASKS = {
-    "dqn": ("cartpole_dqn.yaml", 475.0),
-    "ppo": ("cartpole_ppo.yaml", 475.0),
-    "a2c": ("cartpole_a2c.yaml", 475.0),
-    "reinforce": ("cartpole_reinforce.yaml", 475.0),
-    "sac": ("pendulum_sac.yaml", -200.0),
-}
+TASKS = solve_tasks()  # each registration's SolveTask: a shipped config and its threshold
 
 
 def run_once(algo: str, seed: int, storage: Path, timeout: float) -> dict:
     """One CLI run until solved or out of budget; returns the seed's figures."""
-    config, threshold = TASKS[algo]
+    config, threshold = TASKS[algo].config, TASKS[algo].threshold
     command = [
         sys.executable,
         "-m",
@@ -99,7 +95,8 @@ def summarize(runs: list[dict]) -> dict:
 def main(argv: list[str] | None = None) -> int:
     """Runs the benchmark; returns the exit code."""
     parser = argparse.ArgumentParser(prog="python -m services.bench solve")
-    parser.add_argument("--algos", default="dqn,ppo,a2c,sac", help="comma-separated algorithms")
+    default = ",".join(name for name, task in TASKS.items() if task.default)
+    parser.add_argument("--algos", default=default, help="comma-separated algorithms")
     parser.add_argument("--seeds", type=int, default=3, help="seeds 0..N-1 per algorithm")
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds per run at most")
     args = parser.parse_args(argv)

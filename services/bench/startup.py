@@ -33,6 +33,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from learner.algorithms import featured_config
+
 ROOT = Path(__file__).resolve().parents[2]
 
 PROBE = r"""
@@ -91,7 +93,7 @@ def measure_once(*, run: bool, actors: int = 4) -> dict:
                     "-m",
                     "services.train",
                     "--config",
-                    str(ROOT / "deploy" / "configs" / "cartpole_ppo.yaml"),
+                    str(ROOT / "deploy" / "configs" / featured_config("bench_startup")),
                     "--set",
                     "controller.total_frames=2048",
                     "--set",

@@ -48,7 +48,7 @@ from services.checkpoints.store import (
 )
 
 if TYPE_CHECKING:
-    from services.driver.views import CutView
+    from services.driver.views import CutView, DrainView
 
 logger = logging.getLogger(__name__)
 
@@ -109,7 +109,7 @@ def checkpoint_now(controller: CutView) -> Path | None:
         controller.recovery.after_cut()
 
 
-def drain(controller: CutView) -> None:
+def drain(controller: DrainView) -> None:
     """Counts every in-flight rollout and finishes the in-flight learner round."""
     while controller.inflight or controller.pending_round is not None:
         controller.wait_and_process(timeout=controller.config.controller.log_interval_s)
@@ -119,22 +119,24 @@ def save_cut(controller: CutView, store: CheckpointStore) -> Path:
     """Writes a consistent checkpoint of the running job and returns its directory."""
     started = time.perf_counter()
     drain(controller)
-    controller.learners.flush_replay()  # the learners' priority updates belong to the cut
+    learners, collectors, replay = controller.learners, controller.collectors, controller.replay
+    assert learners is not None and collectors is not None and replay is not None  # set up
+    learners.flush_replay()  # the learners' priority updates belong to the cut
     # A collector Ray is restarting must be back: its state belongs to the cut.
-    controller.collectors.wait_alive(controller.config.collector.rollout_timeout_s)
-    controller.collectors.pause()
+    collectors.wait_alive(controller.config.collector.rollout_timeout_s)
+    collectors.pause()
     staging = None
     try:
         staging = store.stage(controller.counters.collected_frames)
         with ThreadPoolExecutor(max_workers=3) as pool:
-            replay = pool.submit(controller.replay.dump, staging)
-            collectors = pool.submit(controller.collectors.state_dicts)
-            learners = pool.submit(controller.learners.state_dicts)
-            for i, state in enumerate(collectors.result()):
+            replay_dump = pool.submit(replay.dump, staging)
+            collector_states = pool.submit(collectors.state_dicts)
+            learner_states = pool.submit(learners.state_dicts)
+            for i, state in enumerate(collector_states.result()):
                 save_state(staging / f"collector-{i}", state)
-            for rank, state in enumerate(learners.result()):
+            for rank, state in enumerate(learner_states.result()):
                 save_torch(staging / f"learner-{rank}.pt", state)
-            replay_files = replay.result()
+            replay_files = replay_dump.result()
         counters = dataclasses.asdict(controller.counters)
         write_json(staging / "driver.json", driver_state(controller))
         write_json(staging / "config.json", controller.config.to_dict())
@@ -148,7 +150,7 @@ def save_cut(controller: CutView, store: CheckpointStore) -> Path:
             store.abort(staging)
         raise
     finally:
-        controller.collectors.resume()
+        collectors.resume()
     seconds = time.perf_counter() - started
     logger.info("checkpoint %s written in %.2fs", path, seconds)
     controller.last_checkpoint = path
@@ -235,18 +237,20 @@ def restore_services(controller: CutView, checkpoint: Path) -> dict:
     Returns:
         The driver state, whose ``generation`` the new learner generation follows.
     """
-    controller.replay.load(checkpoint)  # re-sharded when the shard count differs
+    collectors, replay = controller.collectors, controller.replay
+    assert collectors is not None and replay is not None  # set up
+    replay.load(checkpoint)  # re-sharded when the shard count differs
     saved, cfg = saved_sizes(checkpoint), controller.config.collector
-    if (saved["collectors"], saved["envs"]) == (len(controller.collectors), cfg.envs_per_collector):
+    if (saved["collectors"], saved["envs"]) == (len(collectors), cfg.envs_per_collector):
         states = [load_state(checkpoint / f"collector-{i}") for i in range(saved["collectors"])]
         # Positions, not ids: a fleet resized live was saved as its live collectors, in order.
         states = [{**state, "collector_id": i} for i, state in enumerate(states)]
-        controller.collectors.load_state_dicts(states)
+        collectors.load_state_dicts(states)
     else:  # another fleet: fresh collectors, seeded by (seed, index, generation), new writer ids
         logger.info(
             "resuming %d collectors x %d envs from a checkpoint of %d x %d: collectors start "
             "fresh (generation %d seeds)",
-            len(controller.collectors),
+            len(collectors),
             cfg.envs_per_collector,
             saved["collectors"],
             saved["envs"],
@@ -260,6 +264,7 @@ def restore_services(controller: CutView, checkpoint: Path) -> dict:
 def restore_learners(controller: CutView, checkpoint: Path) -> int:
     """Loads the learner states into the (new generation) group; returns the version."""
     states = load_learner_states(checkpoint)  # any saved world size (learner.ranks.resize)
+    assert controller.learners is not None  # started
     version = controller.learners.load_state_dicts(states)
     counters = controller.counters
     counters.model_version = version
@@ -281,6 +286,7 @@ def recover_learners(controller: CutView, error: Exception) -> None:
         controller.counters.generation + 1,
     )
     controller.pending_round = None
+    assert controller.learners is not None  # set up
     controller.learners.shutdown()
     controller.counters.generation += 1
     controller.learners = controller.start_learners()

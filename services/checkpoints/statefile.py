@@ -51,7 +51,7 @@ def save_state(stem: Path, state: dict) -> None:
     plain = _split(state, arrays, "")
     stem.with_suffix(".json").write_text(json.dumps(plain, sort_keys=True))
     with stem.with_suffix(".npz").open("wb") as f:
-        np.savez(f, **arrays)
+        np.savez(f, **arrays)  # type: ignore[arg-type]  # numpy's stub: a key may be allow_pickle
 
 
 def load_state(stem: Path) -> dict:

@@ -30,12 +30,13 @@ def check(config) -> None:
     """
     algo = ALGORITHMS[config.algorithm]
     learner, collector = config.learner, config.collector
-    if collector.action_noise != "white" and algo.network not in ("squashed", "actor_critic"):
+    if collector.action_noise != "white" and algo.epsilon_greedy:
         raise AlgorithmConfigError(
-            f"collector.action_noise: colors the noise of a Gaussian policy (SAC, PPO, A2C, "
-            f"REINFORCE on continuous actions); {algo.name} explores its own way, got "
-            f"{collector.action_noise!r}"
+            f"collector.action_noise: colors the noise of a Gaussian policy (an algorithm that "
+            f"samples its own actions, on continuous actions); {algo.name} explores "
+            f"epsilon-greedily, got {collector.action_noise!r}"
         )
+    _check_registered(config, algo)
     if ":" not in learner.loss and learner.loss != algo.loss:
         raise AlgorithmConfigError(
             f"learner.loss: algorithm {algo.name} trains with {algo.loss!r} (or a "
@@ -50,10 +51,11 @@ def check(config) -> None:
     if learner.loss.startswith("torchrl:"):  # LearnerConfig has checked the torchrl extra
         from learner.losses.torchrl_loss import check_torchrl_options, torchrl_algorithm
 
-        if torchrl_algorithm(learner.loss) != algo.name:
+        trains = torchrl_algorithm(learner.loss)
+        if trains != algo.name:
             raise AlgorithmConfigError(
-                f"learner.loss: {learner.loss} trains algorithm "
-                f"{torchrl_algorithm(learner.loss)}, the run's algorithm is {algo.name}"
+                f"learner.loss: {learner.loss} trains algorithm {trains}, the run's algorithm is "
+                f"{algo.name}"
             )
         try:
             check_torchrl_options(learner.loss, learner.loss_options)
@@ -108,6 +110,26 @@ def check(config) -> None:
             f"replay.capacity: each shard must hold one iteration's {per_shard} transitions, "
             f"got {config.replay.shard_capacity} per shard"
         )
+
+
+def _check_registered(config, algo) -> None:
+    """The fields the registration fixes, then the checks it adds."""
+    for field, value in algo.fixed.items():
+        section, _, name = field.rpartition(".")
+        node = config
+        for part in section.split("."):
+            node = getattr(node, part)
+        got = getattr(node, name)
+        if got != value:
+            raise AlgorithmConfigError(
+                f"{field}: algorithm {algo.name} fixes it to {value!r}, got {got!r} (choose the "
+                "algorithm instead)"
+            )
+    for extra in algo.checks:
+        try:
+            extra(config)
+        except ValueError as err:
+            raise AlgorithmConfigError(str(err)) from None
 
 
 def check_spaces(config, obs_space: gym.Space, action_space: gym.Space) -> None:

@@ -20,7 +20,7 @@ from services.config.checks import check
 from services.config.determinism import check_deterministic
 from services.config.evaluation import EvaluationConfig
 from services.config.grpc import GrpcConfig, redact_secrets
-from services.config.recipes import ALGORITHMS
+from services.config.recipes import ALGORITHMS, DEFAULT
 
 
 class ConfigError(ValueError):
@@ -247,14 +247,14 @@ class RunConfig:
     """Everything a run needs, one section per component.
 
     Attributes:
-        algorithm: ``dqn``, ``ppo``, ``a2c``, ``reinforce``, ``sac``, ``iql``, ``vdn`` or
-            ``qmix``: picks the loop, the
-            loss and the collector policy (``services.config.recipes``); with :func:`load_config`
-            its recipe fills every field the config leaves unset.
+        algorithm: A registered algorithm (``learner.algorithms``; the default is the one
+            registered as such): picks the loop, the loss and the collector policy
+            (``services.config.recipes``); with :func:`load_config` its recipe fills every
+            field the config leaves unset.
         seed: Run seed; every actor's seeds derive from it.
     """
 
-    algorithm: str = "dqn"
+    algorithm: str = DEFAULT
     seed: int = 0
     run: RunSection = dataclasses.field(default_factory=RunSection)
     collector: CollectorConfig = dataclasses.field(default_factory=CollectorConfig)

@@ -154,7 +154,9 @@ def user_network_spec(config: RunConfig, base, obs_space: gym.Space, action_spac
         except Exception as err:  # the user's code: any failure refuses the config
             raise ConfigError(f"learner.network: {name} failed: {err!r}") from None
         try:
-            probe(spec.family, network, obs_space, action_space, name=name)
+            probe(
+                spec.family, network, obs_space, action_space, name=name, algorithm=config.algorithm
+            )
         except ValueError as err:
             raise ConfigError(str(err)) from None
     return spec

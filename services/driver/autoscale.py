@@ -24,19 +24,23 @@ from __future__ import annotations
 import logging
 import math
 import time
+from typing import TYPE_CHECKING
 
 import ray
 
-from services.config import ConfigError
-from services.driver.elastic import Sizes, sized_config
+from services.config import ConfigError, RunConfig
 from services.driver.inflight import InFlight
+from services.driver.sizes import Sizes, sized_config
+
+if TYPE_CHECKING:
+    from services.driver.views import AutoscaleView
 
 logger = logging.getLogger(__name__)
 
 FOLLOW_INTERVAL_S = 2.0
 
 
-def offered(config, cluster_cpus: float) -> int:
+def offered(config: RunConfig, cluster_cpus: float) -> int:
     """Collectors the cluster's ``cluster_cpus`` offer a run of ``config`` (see the module)."""
     c = config.collector
     others = config.replay.num_shards * config.replay.num_cpus
@@ -49,7 +53,7 @@ def offered(config, cluster_cpus: float) -> int:
     return min(count, c.max_collectors) if c.max_collectors else count
 
 
-def size_fleet(controller):
+def size_fleet(controller: AutoscaleView) -> RunConfig:
     """At setup: sizes an ``auto`` fleet to the cluster and starts following it.
 
     Returns:
@@ -79,7 +83,7 @@ class FollowCluster:
         interval_s: Seconds between looks at the cluster.
     """
 
-    def __init__(self, controller, interval_s: float = FOLLOW_INTERVAL_S) -> None:
+    def __init__(self, controller: AutoscaleView, interval_s: float = FOLLOW_INTERVAL_S) -> None:
         self.controller = controller
         self.interval_s = interval_s
         self._next = time.perf_counter() + interval_s
@@ -91,9 +95,10 @@ class FollowCluster:
             return
         self._next = now + self.interval_s
         c = self.controller
-        elastic = c.elastic
+        elastic, collectors = c.elastic, c.collectors
+        assert collectors is not None and elastic.target is not None  # set up
         alive, before = alive_nodes(), len(elastic.collecting())
-        lost = [i for i in elastic.collecting() if c.collectors.nodes[i] not in (None, *alive)]
+        lost = [i for i in elastic.collecting() if collectors.nodes[i] not in (None, *alive)]
         for index in lost:
             logger.warning("collector-%d was on a lost node: dropped, not re-created", index)
             elastic.drop(index)

@@ -1,13 +1,11 @@
 """The thin driver controller: the run's shared runtime; a loop decides what to issue.
 
 The driver holds counters and references, never batches: collectors write straight into their
-replay shards, learners sample straight from them, and weights travel as object-store
-references. The :class:`Controller` owns what every algorithm shares: setup and ordered
-restore, rollout and step receipts, weight hand-off by ``(generation, version)``, learner
-recovery, stop requests, consistent checkpoints, hooks and progress. The per-algorithm schedule
-is a loop from ``services.driver.loops`` picked by the algorithm's recipe
-(``services.config.recipes``): the asynchronous off-policy loop (DQN, SAC) or the lockstep
-on-policy loop (PPO, A2C, REINFORCE).
+replay shards, learners sample straight from them, weights travel as object-store references.
+The :class:`Controller` owns what every algorithm shares: setup and ordered restore, rollout
+and step receipts, weight hand-off by ``(generation, version)``, learner recovery, stop
+requests, consistent checkpoints, hooks and progress. The per-algorithm schedule is a loop
+(``services.driver.loops``: off-policy, on-policy) picked by the recipe (``config.recipes``).
 
 What a receipt counts is ``services.driver.accounting`` (frames once, from receipts, times
 ``frame_skip``), when a checkpoint or progress line is due ``cadence``, the hooks ``hooks``; the
@@ -51,10 +49,12 @@ from services.driver.hooks import Hook, Hooks
 from services.driver.inbox import Inbox  # gRPC
 from services.driver.inflight import InFlight
 from services.driver.loops import make_loop
-from services.driver.placement import release_services, reserve_services
+from services.driver.placement import ServicePlacement, release_services, reserve_services
+from services.driver.ports import EvaluationPort
 from services.driver.recovery import Recovery
 from services.driver.runid import new_run_id
 from services.driver.stats import RateMeter, RunCounters
+from services.driver.views import Loop
 from services.observe import report
 from services.observe.early_stop import EarlyStopping
 
@@ -94,7 +94,7 @@ class Controller:
         self.config = config
         self.run_id = run_id or new_run_id(config.run.name)
         self.lineage: list[str] = []  # ids of the runs a resumed run continues (checkpoints)
-        self.placement = None  # services.driver.placement.ServicePlacement, reserved in setup()
+        self.placement: ServicePlacement | None = None  # reserved in setup()
         root = config.checkpoint.dir or checkpoint_root
         self.checkpoints = make_store(root, config.checkpoint, self.run_id) if root else None
         self.resume_from = Path(resume_from) if resume_from else None
@@ -105,7 +105,7 @@ class Controller:
         self.progress_cadence = ProgressCadence(config.controller.log_interval_s)
         self.model_spec = model_spec or model_spec_for(config)
         self.algorithm = algorithm_for(config)
-        self.loop = make_loop(self, self.algorithm.loop)
+        self.loop: Loop = make_loop(self, self.algorithm.loop)
         self.accounting = Accounting(
             config.collector.frame_skip, ReturnGoals.from_config(config.controller)
         )
@@ -115,8 +115,7 @@ class Controller:
         self.collectors: CollectorGroup | None = None
         self.learners: LearnerGroup | None = None
         self.weights: PublishedWeights | None = None
-        cfg = config.collector
-        self.inflight = InFlight(cfg.fleet_size, cfg.max_inflight)  # rollouts by ticket
+        self.inflight = InFlight(config.collector.fleet_size, config.collector.max_inflight)
         self.pending_round: PendingRound | None = None
         self.stop_requested = False
         self.early_stopping = EarlyStopping.from_config(config.controller)
@@ -126,7 +125,7 @@ class Controller:
         self.rates = RateMeter()
         self.inbox = Inbox()  # gRPC: requests from server threads, served at loop boundaries
         self.recovery = Recovery(self)  # faults: shard health, crash loops, stuck rollouts
-        self.evaluation = None  # services.evaluation.evaluator.EvaluationRunner, attached by launch
+        self.evaluation: EvaluationPort | None = None  # evaluation.evaluator.EvaluationRunner
         self.elastic = Elastic(self)  # live resizes (gRPC Scale, collector.num_collectors: auto)
 
     @property
@@ -147,10 +146,9 @@ class Controller:
     def setup(self) -> None:
         """Starts replay shards, collectors and the learner group; publishes version 0.
 
-        Every actor starts at once (the learner group's placement and rendezvous run in a
-        helper thread while the collectors build their envs); on resume the services' state is
-        restored before the learners' (replay, collectors, driver counters, then learners as a
-        new generation).
+        Every actor starts at once (the learners' placement and rendezvous run in a helper
+        thread while the collectors build their envs); on resume the services' state is restored
+        before the learners' (replay, collectors, driver counters, then a new learner generation).
         """
         cfg = self.config
         name, det = self.run_id, cfg.run.deterministic
@@ -202,6 +200,7 @@ class Controller:
         Publishes the learners' weights (forced), hands them to every collector, starts the
         training clock and the progress cadence, then calls the ``setup`` hooks.
         """
+        assert self.learners is not None and self.collectors is not None  # started
         self.accept_weights(self.learners.publish(), force=True)
         self.collectors.sync_weights(self.weights)
         self.elastic.attach()
@@ -291,6 +290,7 @@ class Controller:
         self.emit("rollout", receipt)
 
     def _on_round(self) -> None:
+        assert self.learners is not None and self.pending_round is not None  # a round is out
         try:
             receipt: StepReceipt = self.learners.finish_round(self.pending_round)
         except ProtocolError as err:
@@ -311,6 +311,7 @@ class Controller:
     def clear_replay(self) -> int:
         """Empties every replay shard (on-policy iteration boundary); returns items dropped."""
         self.recovery.cleared()
+        assert self.replay is not None  # set up
         return self.replay.clear()
 
     def count_external(self, receipt: ExternalReceipt) -> None:
@@ -343,6 +344,7 @@ class Controller:
         round_ = self.pending_round
         if not self.inflight and round_ is None:
             return False
+        assert self.collectors is not None  # set up
         completions = self.collectors.completions  # a round's readiness wakes the wait below
         ready = round_ is not None and completions.ready(round_.refs)
         for finished in self.collectors.completed(0 if ready else timeout):
@@ -352,10 +354,7 @@ class Controller:
         return True
 
     def maybe_checkpoint(self) -> Path | None:
-        """Cuts a checkpoint every ``checkpoint.interval_frames`` or ``interval_s``.
-
-        One the disk refuses is logged and counted, and the run goes on (None).
-        """
+        """Cuts a due checkpoint (``checkpoint.interval_*``); one the disk refuses: logged, None."""
         if self.stop_requested or not self.cadence.due(self.counters.collected_frames):
             return None
         try:
@@ -380,6 +379,7 @@ class Controller:
         """
         self.loop.run()
         self.emit("train_end")  # e.g. the final evaluation, before the final checkpoint
+        assert self.collectors is not None  # set up
         if self.weights is not None:
             self.collectors.sync_weights(self.weights)  # collectors end on the newest version
         self.wall_s = self.accounting.elapsed_s()

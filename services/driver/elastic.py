@@ -32,6 +32,7 @@ import dataclasses
 import logging
 import time
 from concurrent.futures import Future
+from typing import TYPE_CHECKING
 
 import ray
 
@@ -39,52 +40,15 @@ from collector.manage.fleet import Fleet
 from replay.shard import remote_shard
 from services.checkpoints.cut import drain
 from services.config import ConfigError, RunConfig
+from services.driver.sizes import Sizes, sized_config
+
+if TYPE_CHECKING:
+    from services.driver.ports import Follower
+    from services.driver.views import ElasticView
 
 logger = logging.getLogger(__name__)
 
 JOIN_TIMEOUT_S = 120.0  # longest an on-policy boundary waits for joining collectors
-
-
-@dataclasses.dataclass(frozen=True)
-class Sizes:
-    """The three sizes of a run.
-
-    Attributes:
-        collectors: Collector actors collecting (admitted and not leaving).
-        shards: Replay shard actors.
-        world_size: Learner ranks.
-    """
-
-    collectors: int
-    shards: int
-    world_size: int
-
-    def to_dict(self) -> dict[str, int]:
-        """``{"collectors", "shards", "world_size"}``."""
-        return dataclasses.asdict(self)
-
-
-def sized_config(config: RunConfig, sizes: Sizes) -> RunConfig:
-    """``config`` with ``sizes`` (validated again, as the loader validates a file).
-
-    Raises:
-        ConfigError: Naming the field the sizes make invalid (e.g. ``learner.global_batch_size``
-            not divisible by the new world size).
-    """
-
-    def section(name: str, value, **changes):
-        try:
-            return dataclasses.replace(value, **changes)
-        except ValueError as err:
-            raise ConfigError(f"{name}.{err}") from None
-
-    collector = section("collector", config.collector, num_collectors=sizes.collectors)
-    replay = section("replay", config.replay, num_shards=sizes.shards)
-    learner = section("learner", config.learner, world_size=sizes.world_size)
-    try:
-        return dataclasses.replace(config, collector=collector, replay=replay, learner=learner)
-    except ValueError as err:
-        raise ConfigError(str(err)) from None
 
 
 class Elastic:
@@ -99,7 +63,7 @@ class Elastic:
         events: Every resize done: ``{"what", "from", "to", "cause", "seconds", "frames"}``.
     """
 
-    def __init__(self, controller) -> None:
+    def __init__(self, controller: ElasticView) -> None:
         self.controller = controller
         self.fleet: Fleet | None = None
         self.target: Sizes | None = None
@@ -108,7 +72,7 @@ class Elastic:
         self.dropped = 0  # collectors lost with their node and not re-created
         self._collectors_since: tuple[float, int, str] | None = None  # (start, from, cause)
         self._waiters: list[Future] = []
-        self.follow = None  # services.driver.autoscale.FollowCluster (num_collectors: auto)
+        self.follow: Follower | None = None  # autoscale.FollowCluster (num_collectors: auto)
 
     # -- state -------------------------------------------------------------------------------
     def attach(self) -> None:
@@ -118,7 +82,9 @@ class Elastic:
 
     def collecting(self) -> list[int]:
         """Indices of the collectors to issue rollouts to (admitted, not leaving)."""
-        return [i for i in self.controller.collectors.live() if i not in self.leaving]
+        collectors = self.controller.collectors
+        assert collectors is not None  # set up
+        return [i for i in collectors.live() if i not in self.leaving]
 
     def sizes(self) -> Sizes:
         """The current sizes."""
@@ -215,6 +181,7 @@ class Elastic:
     # -- collectors --------------------------------------------------------------------------
     def _collectors_to(self, count: int, cause: str) -> None:
         c, fleet = self.controller, self.fleet
+        assert fleet is not None  # attached at setup
         before = len(self.collecting()) + len(fleet.joining)
         self._collectors_since = (time.perf_counter(), len(self.collecting()), cause)
         if count > before:
@@ -235,6 +202,7 @@ class Elastic:
         """Collector ``index`` was lost with its node: retired now, its rollouts dropped."""
         self.leave(index)
         self.dropped += 1
+        assert self.fleet is not None and self.target is not None  # attached at setup
         self.fleet.retire(index)
         self.target = dataclasses.replace(self.target, collectors=self.target.collectors - 1)
 
@@ -242,7 +210,8 @@ class Elastic:
         """At a loop boundary: admits joined collectors, retires drained leaving ones."""
         if self.fleet is None:
             return
-        c = self.controller
+        c, collectors = self.controller, self.controller.collectors
+        assert collectors is not None  # set up before the fleet was attached
         if self.follow is not None:
             self.follow.step()
         # Lockstep (on-policy): an iteration's batch is every collector's rollout, so a boundary
@@ -251,7 +220,7 @@ class Elastic:
         for index in self.fleet.admit(wait):
             c.inflight.grow(index)
         for index in list(self.leaving):
-            if c.inflight.per_collector[index] == 0 or c.collectors.actors[index] is None:
+            if c.inflight.per_collector[index] == 0 or collectors.actors[index] is None:
                 self.fleet.retire(index)
                 self.leaving.discard(index)
         if self._collectors_since is not None and not self.fleet.joining and not self.leaving:
@@ -263,6 +232,8 @@ class Elastic:
     # -- shards ------------------------------------------------------------------------------
     def _resize_shards(self, count: int, config: RunConfig, cause: str) -> None:
         c = self.controller
+        assert c.learners is not None and c.collectors is not None and c.replay is not None
+        assert self.fleet is not None  # attached at setup
         started, before = time.perf_counter(), len(c.shards)
         drain(c)
         c.learners.flush_replay()
@@ -309,6 +280,7 @@ class Elastic:
     def _resize_learners(self, config: RunConfig, cause: str) -> None:
         """A new learner generation of ``config.learner.world_size`` from the group's state."""
         c = self.controller
+        assert c.learners is not None and c.collectors is not None  # set up
         started, before = time.perf_counter(), c.config.learner.world_size
         while c.pending_round is not None:
             c.wait_and_process(timeout=config.controller.log_interval_s)

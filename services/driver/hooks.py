@@ -1,7 +1,8 @@
 """The run's hooks: callbacks at the driver loop's boundaries (pure, no Ray).
 
 A hook is ``hook(subject, *args)``, where ``subject`` is the run (the controller) and ``args``
-depend on the event:
+depend on the event (a hook annotates ``subject`` with the view it reads,
+``services.driver.views``; the registry itself reads nothing of it):
 
     * ``setup``: none (actors started, state restored, version 0 published);
     * ``rollout``: the ``RolloutReceipt`` just counted;
@@ -30,9 +31,10 @@ Examples:
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 Hook = Callable[..., None]
+Subject = TypeVar("Subject")
 EVENTS = (
     "setup",
     "rollout",
@@ -47,14 +49,14 @@ EVENTS = (
 )
 
 
-class Hooks:
+class Hooks(Generic[Subject]):
     """The hooks registered for each of :data:`EVENTS`.
 
     Args:
-        subject: What every hook receives first (the controller).
+        subject: What every hook receives first (the controller), handed over unread.
     """
 
-    def __init__(self, subject: Any) -> None:
+    def __init__(self, subject: Subject) -> None:
         self.subject = subject
         self._hooks: dict[str, list[Hook]] = {event: [] for event in EVENTS}
 

@@ -36,7 +36,9 @@ from replay.wire.batches import ExternalReceipt
 from replay.wire.service import IntakeClosed
 
 if TYPE_CHECKING:
-    from services.driver.views import InboxView
+    from learner.receipts import PublishedWeights
+    from services.driver.views import BarrierView, InboxView
+    from services.grpc.direct import DirectWrites
 
 logger = logging.getLogger(__name__)
 # How often an idle driver polls the shards for direct writes' receipts (grpc.direct_writes).
@@ -55,9 +57,8 @@ class Inbox:
         self.enabled = False
         self.state = "starting"
         self.status: dict = {"state": self.state}
-        self.weights = None  # the newest PublishedWeights the driver holds
-        # The highest version published yet (batches may not name a higher one); every run
-        # starts from its version 0 weights.
+        self.weights: PublishedWeights | None = None  # the newest the driver holds
+        # The highest version published yet (no batch names a higher one); runs start at 0.
         self.published_version = 0
         self.shards: list = []
         self.on_state: Callable[[str], None] | None = None
@@ -75,7 +76,7 @@ class Inbox:
         self._open = False  # the driver lets external writes in (budget, lag, stop)
         self._closed = False
         self.refusal: str | None = None  # why this run takes no external experience at all
-        self.direct = None  # services.grpc.direct.DirectWrites with grpc.direct_writes
+        self.direct: DirectWrites | None = None  # with grpc.direct_writes
 
     # -- wiring ------------------------------------------------------------------------------
     def enable(self, controller: InboxView) -> None:
@@ -262,13 +263,12 @@ class Inbox:
 
     def _cut(self, controller: InboxView, requests: list[Future]) -> None:
         """One checkpoint for ``requests`` and for every request that arrives while it runs."""
+        error: Exception | None = None
         try:
             path = controller.checkpoint()
         except Exception as err:  # the requesters learn why; the run goes on
             logger.exception("gRPC checkpoint request failed")
             path, error = None, err
-        else:
-            error = None
         with self._cond:
             requests += self._checkpoints  # they came during the cut: it answers them too
             self._checkpoints = []
@@ -307,7 +307,7 @@ class Inbox:
         return True
 
     @contextlib.contextmanager
-    def barrier(self, controller: InboxView) -> Iterator[None]:
+    def barrier(self, controller: BarrierView) -> Iterator[None]:
         """Holds new external writes and counts every acknowledged one (around a cut)."""
         if not self.enabled:
             yield
@@ -317,7 +317,7 @@ class Inbox:
             while self._active:
                 self._cond.wait()
         try:
-            held = self.direct.hold() if self.direct is not None else []
+            held: list[ExternalReceipt] = self.direct.hold() if self.direct is not None else []
             self._count(controller, held)
             yield
         finally:
@@ -343,7 +343,7 @@ class Inbox:
         if changed:
             self._push_direct()
 
-    def _count(self, controller: InboxView, direct: list | None = None) -> None:
+    def _count(self, controller: BarrierView, direct: list | None = None) -> None:
         with self._cond:
             receipts, self._receipts = self._receipts, []
         if direct is None and self.direct is not None:
@@ -363,7 +363,7 @@ class Inbox:
             self._closed = True
             self._cond.notify_all()
             self._cond.wait_for(lambda: self._active == 0, timeout=30.0)
-        held = []
+        held: list[ExternalReceipt] = []
         if self.direct is not None:
             self._push_direct()
             held = self.direct.hold()
@@ -386,7 +386,7 @@ class Inbox:
             future.set_exception(error)
         self._fail_receipts(error)
 
-    def _snapshot(self, controller: InboxView) -> None:
+    def _snapshot(self, controller: BarrierView) -> None:
         c = controller.counters
         last = controller.last_checkpoint
         self.status = {

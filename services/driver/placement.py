@@ -122,8 +122,8 @@ def reserve_services(config, run_id: str, *, timeout_s: float | None = None) -> 
     roles += [("shard", config.replay.num_cpus)] * config.replay.num_shards
     bundles = [{"CPU": cpus} for _, cpus in roles if cpus > 0]
     if not bundles:
-        none = [None] * config.collector.fleet_size, [None] * config.replay.num_shards
-        return ServicePlacement(None, *none)
+        fleet, shards = config.collector.fleet_size, config.replay.num_shards
+        return ServicePlacement(None, [None] * fleet, [None] * shards)
     group = placement_group(bundles, strategy="SPREAD", name=f"{run_id}.services")
     ready, _ = ray.wait([group.ready()], timeout=timeout_s)
     if not ready:

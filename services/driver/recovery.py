@@ -30,6 +30,7 @@ from services.driver.faults import ComponentFailure, CrashLoop, ShardMonitor, Sh
 
 if TYPE_CHECKING:
     from collector.manage.completions import Finished
+    from collector.manage.group import CollectorGroup
     from collector.receipts import RolloutReceipt
     from services.driver.views import RecoveryView
 
@@ -64,9 +65,20 @@ class Recovery:
             capacity=cfg.shard_capacity,
         )
 
+    @property
+    def _group(self) -> CollectorGroup:
+        collectors = self.controller.collectors
+        assert collectors is not None  # started before any rollout
+        return collectors
+
+    @property
+    def _monitor(self) -> ShardMonitor:
+        assert self.shard_monitor is not None  # watch_shards() ran at setup
+        return self.shard_monitor
+
     # -- collectors ---------------------------------------------------------------------------
     def _collector(self, index: int) -> str:
-        return f"collector-{index} ({where(self.controller.collectors.nodes[index])})"
+        return f"collector-{index} ({where(self._group.nodes[index])})"
 
     def receipt(self, finished: Finished) -> RolloutReceipt | None:
         """The receipt of a finished rollout; None if the rollout failed.
@@ -94,13 +106,13 @@ class Recovery:
         Raises:
             ComponentFailure: The collector is crash-looping, or collectors died too often.
         """
-        c = self.controller
-        if c.collectors.actors[index] is None:  # retired (left the fleet): dropped, no death
+        c, collectors = self.controller, self._group
+        if collectors.actors[index] is None:  # retired (left the fleet): dropped, no death
             return
         c.counters.collector_failures += 1
-        deaths = c.collectors.restarts
-        c.collectors.mark_dead(index, ticket)  # one death fails several rollouts
-        if c.collectors.restarts == deaths:
+        deaths = collectors.restarts
+        collectors.mark_dead(index, ticket)  # one death fails several rollouts
+        if collectors.restarts == deaths:
             return  # another rollout lost to a death already handled
         cfg = c.config.collector
         name = self._collector(index)
@@ -110,9 +122,9 @@ class Recovery:
                 f"(collector.crash_loop_deaths); stopping the run instead of restarting it. "
                 f"Last error: {err}"
             ) from err
-        if c.collectors.restarts > cfg.max_restarts * len(c.collectors):
+        if collectors.restarts > cfg.max_restarts * len(collectors):
             raise ComponentFailure(
-                f"collectors died {c.collectors.restarts} times (collector.max_restarts="
+                f"collectors died {collectors.restarts} times (collector.max_restarts="
                 f"{cfg.max_restarts} each); last: {name}: {err}"
             ) from err
         logger.warning(
@@ -154,17 +166,18 @@ class Recovery:
                 self._collector(index),
                 timeout,
             )
-            if c.collectors.actors[index] is not None:  # a retired one's failure follows
-                ray.kill(c.collectors.actors[index], no_restart=False)
+            actor = self._group.actors[index]
+            if actor is not None:  # a retired one's failure follows
+                ray.kill(actor, no_restart=False)
 
     # -- replay shards ------------------------------------------------------------------------
     def note_writes(self, writes) -> None:
         """Takes a counted rollout's write receipts (the shards' loss figures)."""
-        self.shard_monitor.note_writes(writes)
+        self._monitor.note_writes(writes)
 
     def cleared(self) -> None:
         """The driver emptied every shard."""
-        self.shard_monitor.cleared()
+        self._monitor.cleared()
 
     def check(self) -> None:
         """Handles restarted or stuck replay shards and stuck rollouts, without blocking.
@@ -183,14 +196,16 @@ class Recovery:
 
     def before_cut(self) -> None:
         """Waits until every shard answers (refilling restarted ones) before a checkpoint."""
-        for event in self.shard_monitor.check_now():
+        for event in self._monitor.check_now():
             self.refill(event)
         # The driver's own view of the shards (its client marks a failed shard down).
-        self.controller.replay.revive(self.controller.config.replay.restart_timeout_s)
+        replay = self.controller.replay
+        assert replay is not None  # started at setup
+        replay.revive(self.controller.config.replay.restart_timeout_s)
 
     def after_cut(self) -> None:
         """The shards were busy dumping for the driver: not stuck."""
-        self.shard_monitor.rearm()
+        self._monitor.rearm()
 
     def refill(self, event: ShardRestart) -> None:
         """A shard came back empty: refill it from the latest checkpoint; count the loss."""
@@ -203,7 +218,7 @@ class Recovery:
         if last is not None and len(list(last.glob("replay-*"))) != len(c.shards):
             source = f"{last} was cut at another shard count (resized since): it stays empty"
         elif last is not None:
-            path = c.last_checkpoint / f"replay-{event.index}"
+            path = last / f"replay-{event.index}"
             try:
                 stats = ray.get(c.shards[event.index].load.remote(str(path)), timeout=600)
                 refilled, source = int(stats["size"]), f"refilled from {c.last_checkpoint}"
@@ -211,7 +226,7 @@ class Recovery:
                 source = f"refill from {path} failed ({err}): it stays empty"
         counters.replay_items_refilled += refilled
         c.inbox.shard_restarted(event.index)  # its direct Insert server, if any, serves again
-        self.shard_monitor.rearm()
+        self._monitor.rearm()
         logger.warning(
             "replay-%d (%s, pid %s) died; Ray restarted it (restart %d of %d); %s "
             "(%d items); %d items it held at its last report are lost",

@@ -137,7 +137,7 @@ class RelayClient:
         lease: str | None = None,
     ) -> None:
         limit = int(max_message_mb * (1 << 20))
-        self.channel_options = [
+        self.channel_options: list[tuple[str, int | str]] = [
             ("grpc.max_send_message_length", limit),
             ("grpc.max_receive_message_length", limit),
         ]
@@ -149,7 +149,7 @@ class RelayClient:
         self.experience = pb_grpc.ExperienceStub(self.channel)
         self.health_stub = health_pb2_grpc.HealthStub(self.channel)
         self.lease = lease or uuid.uuid4().hex
-        self.metadata = ((LEASE_METADATA, self.lease),)
+        self.metadata: tuple[tuple[str, str], ...] = ((LEASE_METADATA, self.lease),)
         if token:
             self.metadata = (("authorization", f"Bearer {token}"), *self.metadata)
         self.writer_id = writer_id or default_writer_id()
@@ -337,7 +337,8 @@ class RelayClient:
         ]
         if rerouted:
             self._route = None
-            replies.append(self.insert(sorted(rerouted, key=lambda r: r.seq)))
+            rerouted.sort(key=lambda r: r.seq)
+            replies.append(self.insert(rerouted))
         return pb.InsertReply(
             receipts=sorted((r for reply in replies for r in reply.receipts), key=lambda r: r.seq),
             frames_counted=sum(reply.frames_counted for reply in replies),

@@ -71,7 +71,14 @@ class Pending:
     @property
     def nbytes(self) -> int:
         """Bytes of the batch."""
+        assert self.arrays is not None  # not sent yet
         return sum(array.nbytes for array in self.arrays.values())
+
+    @property
+    def stored(self) -> ExternalReceipt:
+        """The shard's receipt of the batch (once :meth:`InsertStream.finish` returned it)."""
+        assert self.receipt is not None  # finish() waits until every batch is counted
+        return self.receipt
 
 
 class ReplayRoute:
@@ -85,7 +92,7 @@ class ReplayRoute:
     def __init__(self, inbox: Inbox, shared_bytes: int = 0) -> None:
         self.inbox = inbox
         self.shared = SharedBlocks(max_bytes=shared_bytes) if shared_bytes else None
-        self.source = None
+        self.source: list | None = None
         self._follow()
 
     def _follow(self) -> None:
@@ -113,6 +120,7 @@ class ReplayRoute:
             index = self.shard_of(item.writer, item.seq)
             shared = None
             if self.local[index] and item.nbytes >= SHARED_MIN_BYTES:
+                assert self.shared is not None and item.arrays is not None  # local: shared on
                 shared = self.shared.put(item.arrays)
             groups[index, shared is not None].append((item, shared))
         futures = []
@@ -132,6 +140,7 @@ class ReplayRoute:
         """A shard answered (or failed) a call: each batch's receipt goes to the driver."""
         for _, shared in members:
             if shared is not None:
+                assert self.shared is not None  # what it put
                 self.shared.release(shared.block)
         try:
             receipts = done.result()

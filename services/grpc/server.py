@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import json
 import logging
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
@@ -39,12 +39,10 @@ from replay.wire.service import Admission, experience_handler
 from replay.wire.transport import StreamSlots, bind, insert_streams, make_server
 from services.config.grpc import GrpcConfig, redact_secrets
 from services.driver.inbox import Inbox
+from services.driver.views import InboxView
 from services.grpc import control_pb2 as control_pb
 from services.grpc import control_pb2_grpc as control_grpc
 from services.grpc.servicers import ControlServicer, ExperienceServicer
-
-if TYPE_CHECKING:
-    from services.driver.views import InboxView, ServedRun
 
 logger = logging.getLogger(__name__)
 
@@ -54,6 +52,12 @@ SERVICES = tuple(
     for service in module.DESCRIPTOR.services_by_name.values()
 )
 HEALTH_SERVICE = health.SERVICE_NAME
+
+
+class ServedRun(InboxView, Protocol):
+    """A run the gRPC server serves: its inbox, and what the inbox reads."""
+
+    inbox: Inbox
 
 
 def redacted_config(config: dict) -> dict:
@@ -123,6 +127,7 @@ class GrpcServer:
         reflection.enable_server_reflection((*SERVICES, HEALTH_SERVICE, reflection.SERVICE_NAME),
                                             self.server)  # fmt: skip
         host = f"[{config.host}]" if ":" in config.host else config.host
+        assert config.port is not None  # a server is started for grpc.port only
         self.port = bind(self.server, config.host, config.port, options["tls"])
         if self.port == 0:
             raise OSError(f"grpc.port: cannot bind {host}:{config.port}")

@@ -215,8 +215,8 @@ class ExperienceServicer(pb_grpc.ExperienceServicer):
                 )
             items = stream.finish()
             return pb.InsertReply(
-                receipts=[receipt_message(item.receipt) for item in items],
-                frames_counted=sum(item.receipt.frames for item in items),
+                receipts=[receipt_message(item.stored) for item in items],
+                frames_counted=sum(item.stored.frames for item in items),
                 total_frames=max((item.counted.result() for item in items), default=0),
             )
         except ray.exceptions.RayError as err:

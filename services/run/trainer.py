@@ -24,10 +24,13 @@ import signal
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from services.config import ConfigError, RunConfig, config_from_dict, load_config
 from services.run.events import EVENTS, payload_hook
+
+if TYPE_CHECKING:
+    from services.driver.views import StopView
 
 
 def resolve_config(
@@ -160,7 +163,7 @@ class Trainer:
 
 
 @contextlib.contextmanager
-def _stop_on_signals(controller) -> Iterator[None]:
+def _stop_on_signals(controller: StopView) -> Iterator[None]:
     """SIGINT/SIGTERM stop the run at the next boundary (main thread only), then restored."""
     if threading.current_thread() is not threading.main_thread():
         yield

@@ -19,6 +19,8 @@ work) and ``state_dict()`` / ``load_state_dict()`` for its counters in the drive
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from services.driver.loops.deterministic import (
     DeterministicOffPolicyLoop,
     DeterministicOnPolicyLoop,
@@ -26,14 +28,22 @@ from services.driver.loops.deterministic import (
 from services.driver.loops.offpolicy import OffPolicyLoop
 from services.driver.loops.onpolicy import OnPolicyLoop
 
-LOOPS = {"offpolicy": OffPolicyLoop, "onpolicy": OnPolicyLoop}
-DETERMINISTIC_LOOPS = {
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from services.driver.views import Loop, LoopView
+
+LOOPS: dict[str, Callable[[LoopView], Loop]] = {
+    "offpolicy": OffPolicyLoop,
+    "onpolicy": OnPolicyLoop,
+}
+DETERMINISTIC_LOOPS: dict[str, Callable[[LoopView], Loop]] = {
     "offpolicy": DeterministicOffPolicyLoop,
     "onpolicy": DeterministicOnPolicyLoop,
 }
 
 
-def make_loop(controller, kind: str):
+def make_loop(controller: LoopView, kind: str) -> Loop:
     """The loop of ``kind`` (``offpolicy``, ``onpolicy``) for the controller's run mode."""
     loops = DETERMINISTIC_LOOPS if controller.config.run.deterministic else LOOPS
     return loops[kind](controller)

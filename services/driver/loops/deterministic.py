@@ -36,6 +36,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import logging
+from typing import TYPE_CHECKING
 
 import ray
 
@@ -43,6 +44,11 @@ from services.checkpoints.cut import CheckpointWriteError
 from services.driver.faults import DeterminismError
 from services.driver.loops.offpolicy import OffPolicyLoop
 from services.driver.loops.onpolicy import OnPolicyLoop
+
+if TYPE_CHECKING:
+    from collector.receipts import RolloutReceipt
+    from learner.receipts import PublishedWeights
+    from services.driver.views import LoopView
 
 __all__ = ["DeterminismError", "DeterministicOffPolicyLoop", "DeterministicOnPolicyLoop"]
 
@@ -56,9 +62,10 @@ class DeterministicOffPolicyLoop(OffPolicyLoop):
         controller: The runtime whose collectors, learners and counters the loop drives.
     """
 
-    def __init__(self, controller) -> None:
+    def __init__(self, controller: LoopView) -> None:
         super().__init__(controller)
         self.tick = 0
+        self.lag: collections.deque[PublishedWeights | None]
         self.lag = collections.deque(maxlen=self.config.run.policy_lag)
 
     def run(self) -> None:
@@ -100,6 +107,7 @@ class DeterministicOffPolicyLoop(OffPolicyLoop):
         c, cfg = self.controller, self.config.collector
         if c.counters.collected_frames >= self.config.controller.total_frames:
             return []
+        assert c.collectors is not None  # set up before the loop runs
         explore = c.exploration()
         weights = self.lag[0]
         issued = []
@@ -148,6 +156,7 @@ class DeterministicOnPolicyLoop(OnPolicyLoop):
         c = self.controller
         before = Losses.of(self)
         transitions = super()._collect()
+        assert c.collectors is not None  # set up before the loop runs
         before.check(c, self.iteration, list(range(len(c.collectors))))
         commit(c)
         return transitions
@@ -159,7 +168,7 @@ class DeterministicOnPolicyLoop(OnPolicyLoop):
         return learned
 
 
-def boundary(controller) -> bool:
+def boundary(controller: LoopView) -> bool:
     """At a checkpoint frame count, cuts and restarts episodes; returns whether it was one."""
     if not controller.cadence.due(controller.counters.collected_frames):
         return False
@@ -169,13 +178,14 @@ def boundary(controller) -> bool:
     return True
 
 
-def restart_episodes(controller) -> None:
+def restart_episodes(controller: LoopView) -> None:
     """Reloads every collector from its own state, as a resume from a checkpoint here would."""
     collectors = controller.collectors
+    assert collectors is not None  # set up before the loop runs
     collectors.load_state_dicts(collectors.state_dicts())
 
 
-def commit(controller) -> list[dict]:
+def commit(controller: LoopView) -> list[dict]:
     """Commits every shard's staged writes and updates (between ticks, nothing in flight)."""
     return ray.get([shard.commit.remote() for shard in controller.shards])
 
@@ -206,7 +216,7 @@ class Losses:
         watch.counted.clear()
         return cls(loop.controller.counters, watch)
 
-    def check(self, controller, tick: int, issued: list[int]) -> None:
+    def check(self, controller: LoopView, tick: int, issued: list[int]) -> None:
         """Raises :class:`DeterminismError` if a collector, learner or shard was lost."""
         counters = controller.counters
         restarted = self.watch.restarted
@@ -237,7 +247,7 @@ class Receipts:
         self.restarted: set[int] = set()
         self.seqs: dict[int, int] = {}
 
-    def __call__(self, controller, receipt) -> None:
+    def __call__(self, controller: object, receipt: RolloutReceipt) -> None:
         """Notes a counted receipt."""
         index = receipt.collector_id
         self.counted.add(index)

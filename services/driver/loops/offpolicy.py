@@ -16,6 +16,10 @@ from __future__ import annotations
 
 import math
 import time
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from services.driver.views import LoopView
 
 
 class OffPolicyLoop:
@@ -25,7 +29,7 @@ class OffPolicyLoop:
         controller: The runtime whose collectors, learners and counters the loop drives.
     """
 
-    def __init__(self, controller) -> None:
+    def __init__(self, controller: LoopView) -> None:
         self.controller = controller
         self.config = controller.config
 
@@ -53,6 +57,7 @@ class OffPolicyLoop:
     def _issue_rollouts(self) -> None:
         """Fills the free slots (what finished since the last call), not a scan of the fleet."""
         c, cfg = self.controller, self.config.collector
+        assert c.collectors is not None  # set up before the loop runs
         explore = None
         while (index := c.inflight.next_free()) is not None:
             if not self._collection_open():
@@ -69,6 +74,7 @@ class OffPolicyLoop:
             return
         owed = self.steps_target() - c.counters.optim_steps
         if owed > 0:
+            assert c.learners is not None  # set up before the loop runs
             steps = min(owed, self.config.controller.max_steps_per_round)
             beta = None
             if self.config.replay.sampler == "prioritized":

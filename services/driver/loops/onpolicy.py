@@ -22,9 +22,13 @@ refuses inserted experience.
 from __future__ import annotations
 
 import logging
+from typing import TYPE_CHECKING
 
 from learner.ranks.sampling import EpochPlan
 from learner.receipts import ProtocolError
+
+if TYPE_CHECKING:
+    from services.driver.views import LoopView
 
 logger = logging.getLogger(__name__)
 
@@ -36,7 +40,7 @@ class OnPolicyLoop:
         controller: The runtime whose collectors, learners and counters the loop drives.
     """
 
-    def __init__(self, controller) -> None:
+    def __init__(self, controller: LoopView) -> None:
         self.controller = controller
         self.config = controller.config
         self.iteration = 0
@@ -44,6 +48,7 @@ class OnPolicyLoop:
     def _collect(self) -> int | None:
         """One rollout per collector; returns the transitions stored, None if one was lost."""
         c, cfg = self.controller, self.config.collector
+        assert c.collectors is not None  # set up before the loop runs
         exploration = c.exploration()
         for index in c.elastic.collecting():
             ticket = c.collectors.rollout(index, cfg.rollout_frames, exploration, c.weights)
@@ -64,6 +69,7 @@ class OnPolicyLoop:
     def _learn(self, transitions: int) -> bool:
         """One learner round on the batch; False if the generation failed and was restored."""
         c = self.controller
+        assert c.learners is not None  # set up before the loop runs
         plan = self._plan(transitions)
         generation = c.counters.generation
         c.pending_round = c.learners.start_round(plan.steps, epochs=plan)
