@@ -30,10 +30,6 @@ if TYPE_CHECKING:  # loaded by join(), in the rank's process: the driver imports
 logger = logging.getLogger(__name__)
 
 
-def _partial_parameters(stepper: str) -> bool:
-    """Whether a built-in stepper's steps each touch a subset of the parameters."""
-    return stepper in STEPPERS and STEPPERS[stepper].partial_parameters
-
 
 class LearnerRank:
     """One rank of the DDP learner group.
@@ -149,7 +145,7 @@ class LearnerRank:
         if config.world_size > 1:
             find_unused = (
                 config.find_unused_parameters
-                or _partial_parameters(config.resolved_stepper)
+                or getattr(STEPPERS.get(config.resolved_stepper), "partial_parameters", False)
                 or getattr(self.core.loss_module, "find_unused_parameters", False)
             )
             self.core.train_module = DistributedDataParallel(
