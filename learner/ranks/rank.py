@@ -30,7 +30,6 @@ if TYPE_CHECKING:  # loaded by join(), in the rank's process: the driver imports
 logger = logging.getLogger(__name__)
 
 
-
 class LearnerRank:
     """One rank of the DDP learner group.
 
