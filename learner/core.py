@@ -81,7 +81,7 @@ class LearnerCore:
         # After the loss is built, so its target copies stay plain modules.
         self.compiled = compile_policy(self.policy_network, config)
         self.version = 0
-        self._priorities: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []
+        self._priorities: list[tuple[torch.Tensor, ...]] = []
 
     def to_batch(self, arrays: Mapping[str, np.ndarray]) -> TensorDict:
         """Converts sampled arrays to a TensorDict on the model's device."""

@@ -13,6 +13,8 @@ the actor's parameters, so the rank builds DDP with ``find_unused_parameters=Tru
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from tensordict import TensorDict
 from torch import nn
@@ -63,9 +65,10 @@ class DelayedPolicyStepper:
     def from_config(cls, loss_module: nn.Module, config) -> DelayedPolicyStepper:
         """Builds both optimizers from ``config``; options come from ``config.stepper_options``."""
         options = dict(config.stepper_options)
+        loss: Any = loss_module  # a loss with critic_parameters() and actor_parameters()
         return cls(
-            make_optimizer(loss_module.critic_parameters(), config),
-            make_optimizer(loss_module.actor_parameters(), config),
+            make_optimizer(loss.critic_parameters(), config),
+            make_optimizer(loss.actor_parameters(), config),
             policy_delay=int(options.pop("policy_delay", 2)),
             critic_method=str(options.pop("critic_method", "loss_critic")),
             actor_method=str(options.pop("actor_method", "loss_actor")),

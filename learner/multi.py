@@ -9,6 +9,8 @@ critics), as in the reference implementations.
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from tensordict import TensorDict
 from torch import nn
@@ -54,10 +56,8 @@ class MultiOptimizerStepper:
                 "stepper: multi_optimizer needs a loss with optim_groups() (one optimizer per "
                 "named loss method)"
             )
-        groups = [
-            (method, make_optimizer(params, config))
-            for method, params in loss_module.optim_groups()
-        ]
+        optim_groups: Any = loss_module.optim_groups
+        groups = [(method, make_optimizer(params, config)) for method, params in optim_groups()]
         clip = config.max_grad_norm if config.grad_clip == "norm" else 0.0
         return cls(groups, max_grad_norm=clip)
 

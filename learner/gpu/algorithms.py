@@ -78,7 +78,9 @@ def batch(name: str, spec, n: int, seed: int) -> TensorDict:
 def check(name: str) -> dict:
     """Runs one loss's checks; returns its figures."""
     spec, options = cases()[name]
-    exact = ALGORITHMS[name].gpu_check.exact
+    gpu_check = ALGORITHMS[name].gpu_check
+    assert gpu_check is not None, f"{name} registers no gpu_check"
+    exact = gpu_check.exact
     config = LearnerConfig(hidden_sizes=HIDDEN, global_batch_size=256, **options)
     torch.manual_seed(0)
     cpu = LearnerCore(spec, config, "cpu")

@@ -124,6 +124,7 @@ def check_group(shard) -> dict:
     try:
         described = group.describe()[0]
         receipt = group.step(16)
+        assert receipt.published is not None, "rank 0 publishes on every step"
         weights = ray.get(receipt.published.ref)
         on_cpu = all(t.device.type == "cpu" for t in weights.values())
         start = time.perf_counter()

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from tensordict import TensorDict
-from torch import nn
 
 
 def evaluate_actions(
-    network: nn.Module, batch: TensorDict
+    network: Any, batch: TensorDict
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Runs an ``ActorCritic`` on the batch's observations.
 

@@ -9,6 +9,7 @@ the agent network and the mixer.
 from __future__ import annotations
 
 import copy
+from typing import Any
 
 import torch
 from tensordict import TensorDict
@@ -52,7 +53,7 @@ class MultiAgentQLoss(nn.Module):
 
     def __init__(
         self,
-        agent_network: nn.Module,
+        agent_network: Any,
         *,
         mixer: str = "qmix",
         gamma: float = 0.99,

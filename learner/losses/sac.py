@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import copy
 import math
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -62,7 +63,7 @@ class SACLoss(nn.Module):
 
     def __init__(
         self,
-        actor: nn.Module,
+        actor: Any,
         *,
         gamma: float = 0.99,
         hidden_sizes: tuple[int, ...] = (256, 256),

@@ -67,6 +67,8 @@ Examples:
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from tensordict import TensorDict
 from torch import nn
@@ -95,7 +97,7 @@ class ActorOutput(nn.Module):
 class CriticValue(nn.Module):
     """Maps ``observation`` to the actor-critic's value ``[B, 1]`` (its ``critic``)."""
 
-    def __init__(self, network: nn.Module) -> None:
+    def __init__(self, network: Any) -> None:  # an actor-critic (it has ``critic``)
         super().__init__()
         self.network = network
 
@@ -104,7 +106,7 @@ class CriticValue(nn.Module):
         return self.network.critic(observation)
 
 
-def distribution_of(network: nn.Module):
+def distribution_of(network: Any):
     """``distribution(out=...)``: the network's own action distribution of its actor output.
 
     TorchRL calls the distribution class with keywords named by the actor's ``in_keys``; the

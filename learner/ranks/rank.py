@@ -59,6 +59,9 @@ class LearnerRank:
             staged in the shards before the round's receipt.
     """
 
+    core: LearnerCore  # built by join()
+    sampler: RankSampler  # built by join()
+
     def __init__(
         self,
         rank: int,
@@ -81,10 +84,8 @@ class LearnerRank:
         self.factories = {"loss_factory": loss_factory, "stepper_factory": stepper_factory}
         replay_seed = stream_seed(seed, "shuffle", rank) if deterministic else seed * 1000 + rank
         self.replay = ReplayClient(shards, seed=replay_seed)
-        self.sampler: RankSampler | None = None
         self.seed = seed
         self.store: dist.TCPStore | None = None
-        self.core: LearnerCore | None = None
         self.device = "cpu"
         self._warned_priorities = False
 
@@ -164,15 +165,16 @@ class LearnerRank:
 
     def describe(self) -> dict:
         """Rank, generation, device, backend, world size, DDP, compile and version (for checks)."""
+        core = getattr(self, "core", None)
         return {
             "rank": self.rank,
             "generation": self.generation,
             "world_size": self.config.world_size,
             "backend": dist.get_backend() if dist.is_initialized() else None,
-            "device": str(self.core.device) if self.core else self.device,
-            "ddp": type(self.core.train_module).__name__ == "DistributedDataParallel",
-            "compiled": bool(self.core and self.core.compiled),
-            "version": self.core.version if self.core else None,
+            "device": str(core.device) if core else self.device,
+            "ddp": type(getattr(core, "train_module", None)).__name__ == "DistributedDataParallel",
+            "compiled": bool(core and core.compiled),
+            "version": core.version if core else None,
             "deterministic": self.deterministic,
         }
 
@@ -309,7 +311,7 @@ class LearnerRank:
         """
         if not self.deterministic or self.config.world_size == 1:
             return self.sampler.take_epochs(plan, self.core.version)
-        taken = None
+        taken: tuple[list, int] = ([], 0)
         for turn in range(self.config.world_size):
             if turn == self.rank:
                 self.replay.refresh()  # the tables as the ranks before this one left them
@@ -394,7 +396,7 @@ class LearnerRank:
 
     def shutdown(self) -> None:
         """Stops background sampling and leaves the process group."""
-        if self.sampler is not None:
+        if hasattr(self, "sampler"):
             self.sampler.close()
         if dist.is_initialized():
             dist.destroy_process_group()
