@@ -45,6 +45,7 @@ import numpy as np
 import ray
 import torch
 
+from collector.chunks import ChunkWorker
 from collector.control import STATE_FORMAT, PauseBarrier, check_state
 from collector.delivery import ReplayWriter, SentRollout
 from collector.envs.vector import EnvError, env_seeds, make_vector_env
@@ -156,7 +157,7 @@ class Collector:
                 num_envs,
                 mode=vector_mode,
                 env_kwargs=env_kwargs,
-                autoreset="next_step" if transform is None else "same_step",
+                autoreset="same_step" if transform and transform.same_step else "next_step",
             )
         envs = self._make_envs()
         if transform is None:
@@ -164,6 +165,9 @@ class Collector:
                 envs, self.policy, seeds, n_step=n_step, gamma=gamma, frame_stack=frame_stack
             )
             self.transitions = f"nstep-{n_step}"
+        elif transform.kind == "chunks":  # trajectory chunks for V-trace (collector.chunks)
+            self.worker = ChunkWorker(envs, self.policy, seeds)
+            self.transitions = transform.kind
         else:
             self.worker = OnPolicyWorker(envs, self.policy, seeds, transform)
             self.transitions = transform.kind

@@ -283,8 +283,9 @@ class OnPolicyTransform:
     """How an on-policy rollout turns rewards into learning targets.
 
     Attributes:
-        kind: ``gae`` (fixed-length rollouts, GAE) or ``episodes`` (complete episodes,
-            Monte-Carlo returns).
+        kind: ``gae`` (fixed-length rollouts, GAE), ``episodes`` (complete episodes,
+            Monte-Carlo returns) or ``chunks`` (one trajectory chunk per env, no targets: the
+            learner computes V-trace; ``collector.chunks``).
         gamma: Discount factor.
         gae_lambda: GAE's lambda (``gae``; 1.0 gives A2C's n-step returns).
         baseline: ``episodes`` only: bootstrap truncations from the critic and subtract
@@ -297,5 +298,10 @@ class OnPolicyTransform:
     baseline: bool = True
 
     def __post_init__(self) -> None:
-        if self.kind not in ("gae", "episodes"):
-            raise ValueError(f"kind: must be 'gae' or 'episodes', got {self.kind!r}")
+        if self.kind not in ("gae", "episodes", "chunks"):
+            raise ValueError(f"kind: must be 'gae', 'episodes' or 'chunks', got {self.kind!r}")
+
+    @property
+    def same_step(self) -> bool:
+        """Whether its envs auto-reset in ``SAME_STEP`` mode (``chunks`` keep ``NEXT_STEP``)."""
+        return self.kind != "chunks"

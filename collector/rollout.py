@@ -31,15 +31,26 @@ from collector.nstep import NStepBuffer
 
 @dataclasses.dataclass
 class RolloutBatch:
-    """Transitions of one rollout plus the episodes that finished during it."""
+    """Transitions of one rollout plus the episodes that finished during it.
+
+    Attributes:
+        transitions: Items to write, one row each.
+        episode_returns: Returns of the episodes that finished during the rollout.
+        episode_lengths: Their lengths.
+        counted: Env steps the items hold when an item is more than one step (the chunks of
+            ``collector.chunks``); None: one step per item.
+    """
 
     transitions: dict[str, np.ndarray]
     episode_returns: list[float]
     episode_lengths: list[int]
+    counted: int | None = None
 
     @property
     def frames(self) -> int:
-        """Number of transitions."""
+        """Number of transitions (env steps) the rollout holds."""
+        if self.counted is not None:
+            return self.counted
         return len(self.transitions["reward"])
 
 

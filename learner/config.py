@@ -6,6 +6,7 @@ import dataclasses
 import re
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from collector.networks.torsos import TORSOS
 from learner.algorithms import ALGORITHMS, DEFAULT, OPTION_SECTIONS
 from learner.losses import LOSSES
 from learner.plugins import STEPPERS as BUILTIN_STEPPERS
@@ -17,7 +18,7 @@ OPTIMIZERS = ("adam", "adamw", "sgd", "rmsprop")
 GRAD_CLIPS = ("norm", "value", "none")
 PRECISIONS = ("fp32", "bf16", "fp16")
 LR_SCHEDULERS = ("none", "linear", "cosine")
-PIXEL_TORSOS = ("nature", "impala")
+PIXEL_TORSOS = TORSOS
 COMPILE_MODES = ("off", "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 COMPILE_BACKENDS = ("inductor", "aot_eager", "eager")
 _FACTORY_PATH = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
@@ -65,6 +66,10 @@ class LearnerConfig:
         update_priorities: Send ``|priority_key|`` per sampled item back to its replay shard
             (prioritized replay).
         priority_key: Per-item entry of the loss output used as the new priority.
+        max_policy_lag: The asynchronous on-policy loop (IMPALA, APPO): rollouts acted by a
+            version more than this many versions behind the learner's are dropped, not trained
+            on (counted, ``relayrl_rollouts_dropped_total{reason="stale"}``). Other loops
+            ignore it.
         hidden_sizes: Hidden layer widths of the policy network (Q-network, actor-critic MLPs,
             SAC's actor).
         network: Your own network instead of the recipe's: a ``"module:function"`` factory
@@ -131,6 +136,7 @@ class LearnerConfig:
     prefetch: bool = True
     update_priorities: bool = False
     priority_key: str = "td_error"
+    max_policy_lag: int = 16
     # Model and loss
     hidden_sizes: tuple[int, ...] = (128, 128)
     network: str | None = None
@@ -250,6 +256,7 @@ class LearnerConfig:
             check_torchrl_loss(self.loss)
         _check(bool(self.priority_key), "priority_key", "must be non-empty", self.priority_key)
         _check(0 <= self.gamma <= 1, "gamma", "must be in [0, 1]", self.gamma)
+        _check(self.max_policy_lag >= 0, "max_policy_lag", "must be >= 0", self.max_policy_lag)
         _check(
             self.target_update_interval >= 1,
             "target_update_interval",

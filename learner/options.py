@@ -1,7 +1,8 @@
-"""Options the lockstep on-policy losses share, nested in :class:`learner.config.LearnerConfig`.
+"""Options the on-policy losses share, nested in :class:`learner.config.LearnerConfig`.
 
-``learner.onpolicy`` holds what the on-policy registrations read (epochs and minibatches of the
-lockstep loop, clipping, coefficients). Options of one algorithm live in its registration
+``learner.onpolicy`` holds what the lockstep on-policy registrations read (epochs and
+minibatches of the lockstep loop, clipping, coefficients); ``learner.vtrace`` what the V-trace
+registrations of the asynchronous loop read. Options of one algorithm live in its registration
 (``learner.algorithms``), which names the ``learner.<section>`` it adds.
 """
 
@@ -59,3 +60,49 @@ class OnPolicyOptions:
         )
         check_field(self.vf_coef >= 0, "vf_coef", "must be >= 0", self.vf_coef)
         check_field(self.ent_coef >= 0, "ent_coef", "must be >= 0", self.ent_coef)
+
+
+@dataclasses.dataclass(frozen=True)
+class VTraceOptions:
+    """Options of the V-trace losses (IMPALA, APPO) and of their asynchronous rounds.
+
+    Attributes:
+        num_epochs: Passes over each batch taken from the learner queue (APPO's replay of a
+            batch ``K`` times; 1: each batch is trained on once).
+        num_minibatches: Minibatches per pass.
+        vf_coef: Weight of the value loss.
+        ent_coef: Weight of the entropy bonus.
+        rho_bar: V-trace's truncation of the importance weights (rho bar).
+        c_bar: V-trace's truncation of the trace coefficients (c bar).
+        rho_bar_pg: Truncation of the policy-gradient importance weight.
+        vtrace_lambda: V-trace's lambda (1: the paper's estimator).
+        clip_epsilon: APPO's ratio clip.
+        is_clip: APPO: upper clip of IMPACT's importance weight ``mu / pi_old``.
+        queue_batches: Global batches the learner queue holds (written chunks not yet taken,
+            plus those in flight); collection waits while it is full.
+    """
+
+    num_epochs: int = 1
+    num_minibatches: int = 1
+    vf_coef: float = 0.5
+    ent_coef: float = 0.01
+    rho_bar: float = 1.0
+    c_bar: float = 1.0
+    rho_bar_pg: float = 1.0
+    vtrace_lambda: float = 1.0
+    clip_epsilon: float = 0.2
+    is_clip: float = 2.0
+    queue_batches: int = 4
+
+    def __post_init__(self) -> None:
+        check_field(self.num_epochs >= 1, "num_epochs", "must be >= 1", self.num_epochs)
+        check_field(
+            self.num_minibatches >= 1, "num_minibatches", "must be >= 1", self.num_minibatches
+        )
+        for name in ("vf_coef", "ent_coef"):
+            check_field(getattr(self, name) >= 0, name, "must be >= 0", getattr(self, name))
+        for name in ("rho_bar", "c_bar", "rho_bar_pg", "clip_epsilon", "is_clip"):
+            check_field(getattr(self, name) > 0, name, "must be > 0", getattr(self, name))
+        check_field(self.queue_batches >= 1, "queue_batches", "must be >= 1", self.queue_batches)
+        lam = self.vtrace_lambda
+        check_field(0 <= lam <= 1, "vtrace_lambda", "must be in [0, 1]", lam)

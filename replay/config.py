@@ -25,6 +25,8 @@ class ReplayConfig:
         beta_anneal_frames: Frames over which beta moves linearly from start to end (0: always
             ``beta_end``).
         fifo_shuffle: Hand out each FIFO pass in a random order instead of insertion order.
+        fifo_queue: A FIFO table is a queue: each item is handed out once, oldest first (the
+            asynchronous on-policy loop's learner queue; its registrations set it).
         storage: ``memory`` (preallocated in RAM) or ``mmap`` (memory-mapped ``.npy`` files under
             ``mmap_dir``, for replays larger than RAM).
         mmap_dir: Directory of the memory-mapped storage (required with ``storage: mmap``).
@@ -48,6 +50,7 @@ class ReplayConfig:
     beta_end: float = 1.0
     beta_anneal_frames: int = 1_000_000
     fifo_shuffle: bool = False
+    fifo_queue: bool = False
     # Storage
     storage: str = "memory"
     mmap_dir: str | None = None

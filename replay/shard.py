@@ -42,6 +42,7 @@ class ReplayShard:
     Keyword Args:
         alpha: Prioritization exponent (``prioritized``).
         fifo_shuffle: Hand out FIFO passes in random order (``fifo``).
+        fifo_queue: The FIFO table is a queue: each item handed out once (``fifo``).
         mmap_dir: Memory-map the storage from files under ``<mmap_dir>/shard-<i>-<tag>/``.
         frame_stack: Store frame-stream writes and rebuild stacks of this many frames
             (``replay.frames``; 0: store writes as they come).
@@ -60,6 +61,7 @@ class ReplayShard:
         *,
         alpha: float = 0.6,
         fifo_shuffle: bool = False,
+        fifo_queue: bool = False,
         mmap_dir: str | None = None,
         frame_stack: int = 0,
         deterministic: bool = False,
@@ -82,6 +84,7 @@ class ReplayShard:
             seed=seed,
             alpha=alpha,
             fifo_shuffle=fifo_shuffle,
+            fifo_queue=fifo_queue,
             mmap_dir=self._fresh_mmap_dir(),
             frame_stack=frame_stack,
         )
@@ -313,6 +316,7 @@ def remote_shard(
     max_restarts: int = 0,
     alpha: float = 0.6,
     fifo_shuffle: bool = False,
+    fifo_queue: bool = False,
     mmap_dir: str | None = None,
     frame_stack: int = 0,
     scheduling_strategy=None,
@@ -339,6 +343,7 @@ def remote_shard(
         seed,
         alpha=alpha,
         fifo_shuffle=fifo_shuffle,
+        fifo_queue=fifo_queue,
         mmap_dir=mmap_dir,
         frame_stack=frame_stack,
         deterministic=deterministic,
@@ -374,6 +379,7 @@ def remote_shards(
             max_restarts=config.max_restarts if max_restarts is None else max_restarts,
             alpha=config.alpha,
             fifo_shuffle=config.fifo_shuffle,
+            fifo_queue=config.fifo_queue,
             mmap_dir=config.mmap_dir if config.storage == "mmap" else None,
             frame_stack=config.frame_stack,
             scheduling_strategy=scheduling[i],

@@ -45,6 +45,7 @@ class ReplayTable:
         seed: Seed of the sampler's generator.
         alpha: Prioritization exponent (``prioritized`` only).
         fifo_shuffle: Hand out each FIFO pass in a random order (``fifo`` only).
+        fifo_queue: A FIFO table is a queue: each item handed out once (``fifo`` only).
         mmap_dir: Memory-map the storage from files in this directory instead of RAM.
         frame_stack: 0 stores writes as they come; ``S >= 1`` stores frame-stream writes in a
             :class:`replay.frames.FrameStackStorage` that rebuilds ``S``-frame stacks.
@@ -67,6 +68,7 @@ class ReplayTable:
         seed: int | None = None,
         alpha: float = 0.6,
         fifo_shuffle: bool = False,
+        fifo_queue: bool = False,
         mmap_dir: str | Path | None = None,
         frame_stack: int = 0,
     ) -> None:
@@ -81,7 +83,9 @@ class ReplayTable:
         if sampler == "prioritized":
             self.sampler = PrioritizedSampler(capacity, alpha=alpha, seed=seed)
         elif sampler == "fifo":
-            self.sampler = FifoSampler(self.insertion_ids, shuffle=fifo_shuffle, seed=seed)
+            self.sampler = FifoSampler(
+                self.insertion_ids, shuffle=fifo_shuffle, seed=seed, queue=fifo_queue
+            )
         else:
             self.sampler = UniformSampler(seed)
         self.write_count = 0

@@ -11,6 +11,14 @@ from services.config import ConfigError, config_from_dict
 DET = ["run.deterministic=true", "checkpoint.interval_s=0"]
 
 
+def test_the_mode_alone_is_enough_and_a_set_field_it_cannot_honour_is_refused():
+    config = config_from_dict({}, ["run.deterministic=true"])
+    assert config.run.deterministic and config.checkpoint.interval_s == 0
+    assert config_from_dict({}).checkpoint.interval_s > 0  # the default mode keeps its own
+    with pytest.raises(ConfigError, match=r"checkpoint\.interval_s"):
+        config_from_dict({"checkpoint": {"interval_s": 30}}, ["run.deterministic=true"])
+
+
 def test_deterministic_is_off_by_default_and_accepted_when_clean():
     assert config_from_dict({}).run.deterministic is False
     config = config_from_dict({}, [*DET, "run.policy_lag=3"])
@@ -35,7 +43,7 @@ def test_deterministic_refusals_name_the_field(override, field):
 
 def test_time_based_checkpoints_are_refused_naming_the_field():
     with pytest.raises(ConfigError, match=r"^checkpoint\.interval_s: .*frame counts"):
-        config_from_dict({}, ["run.deterministic=true"])
+        config_from_dict({}, ["run.deterministic=true", "checkpoint.interval_s=30"])
 
 
 @pytest.mark.parametrize(

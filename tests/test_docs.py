@@ -132,7 +132,8 @@ def test_readme_algorithm_table_matches_the_registrations():
     assert set(rows) == set(REGISTERED), "one README row per registered algorithm"
     for name, (loop, configs) in rows.items():
         algo = REGISTERED[name]
-        assert loop == {"offpolicy": "off-policy", "onpolicy": "on-policy"}[algo.loop], name
+        words = {"offpolicy": "off-policy", "onpolicy": "on-policy", "async": "asynchronous"}
+        assert loop == words[algo.loop], name
         for config in re.findall(r"`([\w.]+\.yaml)`", configs):
             assert config in algo.configs, f"README row {name} lists {config}, not its config"
 

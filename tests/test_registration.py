@@ -21,6 +21,7 @@ import pytest
 from learner.algorithms import ALGORITHMS, OPTION_SECTIONS, learn_entries, solve_tasks
 from learner.config import LearnerConfig
 from learner.losses import LOSSES
+from services.config import ConfigError, load_config
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("services", "learner", "collector", "replay")
@@ -51,7 +52,7 @@ def _registration_modules() -> list[str]:
     return [
         f"learner.algorithms.{p.stem}"
         for p in sorted(folder.glob("*.py"))
-        if p.stem not in ("__init__", "spec")
+        if p.stem not in ("__init__", "spec") and not p.stem.startswith("_")
     ]
 
 
@@ -131,7 +132,10 @@ def test_every_registration_is_whole():
     from services.driver.loops import DETERMINISTIC_LOOPS, LOOPS
 
     for name, algo in ALGORITHMS.items():
-        assert algo.loop in LOOPS and algo.loop in DETERMINISTIC_LOOPS, name
+        assert algo.loop in LOOPS, name
+        if algo.loop not in DETERMINISTIC_LOOPS:  # refused with run.deterministic
+            with pytest.raises(ConfigError, match=r"run\.deterministic"):
+                load_config(overrides=[f"algorithm={name}", "run.deterministic=true"])
         assert algo.loss in LOSSES and LOSSES[algo.loss].factory == algo.loss_factory
         assert _module_file(algo.loss_module).exists(), name
         for module in algo.modules:

@@ -24,8 +24,7 @@ from torch import nn
 
 from collector.networks.common import DuelingHead
 from collector.networks.q_mlp import EpsilonGreedy
-
-TORSOS = ("nature", "impala")
+from collector.networks.torsos import TORSOS
 
 
 class PixelScale(nn.Module):

@@ -203,8 +203,8 @@ class Algorithm:
 
     @property
     def on_policy(self) -> bool:
-        """Whether it runs the lockstep on-policy loop."""
-        return self.loop == "onpolicy"
+        """Whether it learns from its own recent samples (FIFO tables): lockstep or asynchronous."""
+        return self.loop in ("onpolicy", "async")
 
     @property
     def loss_module(self) -> str:

@@ -196,12 +196,14 @@ class LearnerRank:
             stacked /= self.config.world_size
         return dict(zip(keys, stacked.cpu().tolist(), strict=True))
 
-    def _allreduce_max(self, values: dict[str, float]) -> dict[str, float]:
+    def _allreduce(self, values: dict[str, float], op: str) -> dict[str, float]:
+        """``{key_max: ...}`` (``op="max"``) or ``{key: sum}`` (``op="sum"``) over the ranks."""
         keys = sorted(values)
         stacked = torch.tensor([float(values[k]) for k in keys], device=self.core.device)
         if self.config.world_size > 1:
-            dist.all_reduce(stacked, op=dist.ReduceOp.MAX)
-        return {f"{k}_max": v for k, v in zip(keys, stacked.tolist(), strict=True)}
+            dist.all_reduce(stacked, op=dist.ReduceOp.MAX if op == "max" else dist.ReduceOp.SUM)
+        suffix = "_max" if op == "max" else ""
+        return {f"{k}{suffix}": v for k, v in zip(keys, stacked.tolist(), strict=True)}
 
     def _round(
         self,
@@ -210,12 +212,15 @@ class LearnerRank:
         sample_s: float,
         publish: bool,
         extra: dict[str, float] | None = None,
+        sums: dict[str, float] | None = None,
     ) -> tuple[StepReceipt, dict[str, torch.Tensor] | None]:
         start = time.perf_counter()
         metrics = self.core.train(batches)
         reduced = self._allreduce_mean(metrics)
         if extra:
-            reduced.update(self._allreduce_max(extra))
+            reduced.update(self._allreduce(extra, "max"))
+        if sums:
+            reduced.update(self._allreduce(sums, "sum"))
         if self.config.update_priorities:
             self._push_priorities()
             if self.deterministic:  # staged in the shards before the driver's next commit
@@ -292,12 +297,17 @@ class LearnerRank:
             self.replay.refresh()
             self.replay.set_stream((self.rank, self.core.version))
         if epochs is not None:
-            batches, lag = self._take_epochs(epochs)
+            sums, lag = None, 0.0
+            if epochs.max_policy_lag is None:
+                batches, lag = self._take_epochs(epochs)
+            else:  # the asynchronous loop's queue
+                version, timeout = self.core.version, self.config.command_timeout_s
+                batches, sums = self.sampler.take_queue(epochs, version, timeout_s=timeout)
+                lag = sums.pop("policy_lag")
             if len(batches) != num_steps:
                 raise ValueError(f"epochs {epochs} make {len(batches)} steps, not {num_steps}")
-            return self._round(
-                round_id, batches, time.perf_counter() - start, publish, extra={"policy_lag": lag}
-            )
+            elapsed = time.perf_counter() - start
+            return self._round(round_id, batches, elapsed, publish, {"policy_lag": lag}, sums)
         batches = self.sampler.take(num_steps)
         reply = self._round(round_id, batches, time.perf_counter() - start, publish)
         self.sampler.prepare_next()

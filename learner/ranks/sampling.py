@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING
@@ -31,11 +32,15 @@ class EpochPlan:
         items: Items this rank takes from the (FIFO) tables: the batch divided by world size.
         epochs: Passes over those items.
         minibatches: Minibatches per pass (each rank's part of every global minibatch).
+        max_policy_lag: Set for a round of the asynchronous loop (IMPALA, APPO): the items come
+            from a FIFO queue (``replay.fifo_queue``) and those acted by a version more than
+            this many versions old are dropped (see :meth:`RankSampler.take_queue`).
     """
 
     items: int
     epochs: int = 1
     minibatches: int = 1
+    max_policy_lag: int | None = None
 
     @property
     def steps(self) -> int:
@@ -128,6 +133,57 @@ class RankSampler:
             order = torch.from_numpy(self.client.rng.permutation(plan.items)).to(batch.device)
             batches += [batch[part] for part in order.tensor_split(plan.minibatches)]
         return batches, lag
+
+    def take_queue(
+        self, plan: EpochPlan, version: int, *, timeout_s: float = 600.0
+    ) -> tuple[list[TensorDict], dict[str, float]]:
+        """An asynchronous round's batches: the ``plan.items`` oldest items of the queue.
+
+        The driver starts a round only once the queue holds the whole batch, but the ranks'
+        requests race for the shards' items, so a short reply is topped up until this rank has
+        its share. Items acted by a version more than ``plan.max_policy_lag`` behind ``version``
+        are dropped: kept in the batch's shape with every step masked (``valid`` False), so
+        each rank still takes part in every collective, and counted.
+
+        Returns:
+            ``(batches, stats)``; ``stats`` has ``policy_lag`` (the largest lag among the items),
+            and, summed over the items, ``lag_sum``, ``items_dropped``, ``frames_trained`` and
+            ``frames_dropped`` (valid steps of the kept and of the dropped items).
+
+        Raises:
+            TimeoutError: If the queue does not yield the share within ``timeout_s``.
+        """
+        parts, have = [], 0
+        deadline = time.monotonic() + timeout_s
+        while have < plan.items:
+            part = self.client.sample(plan.items - have)
+            got = len(part.get("index", ()))
+            if got:
+                parts.append(part)
+                have += got
+                continue
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"the learner queue gave {have} of {plan.items} items")
+            time.sleep(0.002)  # another rank's request took the items this one was told of
+            self.client.refresh()
+        arrays = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
+        lag = version - arrays["policy_version"]
+        stale = lag > (plan.max_policy_lag or 0)
+        frames = arrays["valid"].sum(axis=1)
+        arrays["valid"] = arrays["valid"] & ~stale[:, None]
+        stats = {
+            "policy_lag": float(lag.max()),
+            "lag_sum": float(lag.sum()),
+            "items_dropped": float(stale.sum()),
+            "frames_trained": float(frames[~stale].sum()),
+            "frames_dropped": float(frames[stale].sum()),
+        }
+        batch = self.prepare(arrays)
+        batches = []
+        for _ in range(plan.epochs):
+            order = torch.from_numpy(self.client.rng.permutation(plan.items)).to(batch.device)
+            batches += [batch[part] for part in order.tensor_split(plan.minibatches)]
+        return batches, stats
 
     def prepare_next(self) -> None:
         """Collects and prepares the requested next round in the background."""

@@ -129,6 +129,7 @@ def _restore(directory: Path, meta: dict, shard_id: int | None, mmap_dir) -> Rep
         sampler=sampler["kind"],
         alpha=sampler["meta"].get("alpha", 0.6),
         fifo_shuffle=sampler["meta"].get("shuffle", False),
+        fifo_queue=sampler["meta"].get("queue", False),
         mmap_dir=mmap_dir,
         frame_stack=(meta.get("frames") or {}).get("stack", 0),
     )

@@ -176,6 +176,7 @@ def reshard_tables(
             seed=seeds[j],
             alpha=getattr(first, "alpha", 0.6),
             fifo_shuffle=getattr(first, "shuffle", False),
+            fifo_queue=getattr(first, "queue", False),
         )
         table.write_count = base  # so the write counts sum to the old ones
         slots.append(put_items(table, parts[j]))

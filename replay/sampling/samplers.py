@@ -169,20 +169,33 @@ class FifoSampler:
     pass are skipped. A request larger than what is left of the pass finishes it and continues
     with the next pass.
 
+    As a *queue* (``queue=True``: the asynchronous on-policy loop's learner queue), each item is
+    handed out once in its lifetime, oldest first, and never again: a request takes the oldest
+    items not handed out yet and comes back short when fewer are stored (``remaining`` counts
+    them). Handed-out items stay stored until overwritten.
+
     Args:
         insertion_ids: The table's per-slot insertion ids (-1 for empty slots); read, not owned.
-        shuffle: Hand out each pass in a random order instead of insertion order.
+        shuffle: Hand out each pass in a random order instead of insertion order (not a queue).
         seed: Seed of the shuffling generator.
+        queue: Hand out each item once (see above) instead of once per pass.
     """
 
     kind = "fifo"
 
     def __init__(
-        self, insertion_ids: np.ndarray, *, shuffle: bool = False, seed: int | None = None
+        self,
+        insertion_ids: np.ndarray,
+        *,
+        shuffle: bool = False,
+        seed: int | None = None,
+        queue: bool = False,
     ) -> None:
         self.rng = np.random.default_rng(seed)
         self.ids = insertion_ids
         self.shuffle = shuffle
+        self.queue = queue
+        self.taken_id = -1  # queue: the newest insertion id handed out
         self.order = np.empty(0, dtype=np.int64)
         self.order_ids = np.empty(0, dtype=np.int64)
         self.position = 0
@@ -190,7 +203,9 @@ class FifoSampler:
 
     @property
     def remaining(self) -> int:
-        """Items left in the current pass (0 once it is exhausted or before the first)."""
+        """Items left in the current pass (a queue: items never handed out)."""
+        if self.queue:
+            return int(np.count_nonzero(self.ids > self.taken_id))
         return len(self.order) - self.position
 
     def on_write(self, slots: np.ndarray) -> None:
@@ -225,6 +240,12 @@ class FifoSampler:
         """Like :meth:`sample`, plus the number of the pass (1, 2, ...) each slot belongs to."""
         if size <= 0:
             raise EmptyReplayError("cannot sample from an empty replay table")
+        if self.queue:
+            slots = np.flatnonzero(self.ids > self.taken_id)
+            slots = slots[np.argsort(self.ids[slots], kind="stable")][:batch_size]
+            if len(slots):
+                self.taken_id = int(self.ids[slots[-1]])
+            return slots.astype(np.int64), np.zeros(len(slots), dtype=np.int64)
         parts, passes, need = [], [], batch_size
         while need > 0:
             if self.remaining == 0:
@@ -247,6 +268,8 @@ class FifoSampler:
             "position": self.position,
             "passes": self.passes,
             "shuffle": self.shuffle,
+            "taken_id": self.taken_id,
+            "queue": self.queue,
         }
         return {"pass_order": self.order, "pass_ids": self.order_ids}, meta
 
@@ -258,3 +281,5 @@ class FifoSampler:
         self.order_ids = arrays["pass_ids"].astype(np.int64)
         self.position = int(meta["position"])
         self.passes = int(meta["passes"])
+        self.taken_id = int(meta.get("taken_id", -1))
+        self.queue = bool(meta.get("queue", False))

@@ -84,6 +84,9 @@ def check(config) -> None:
             f"controller.init_random_frames: {algo.name} learns from its own samples only; "
             f"must be 0, got {config.controller.init_random_frames}"
         )
+    if algo.loop == "async":
+        _check_async(config, algo)
+        return
     if algo.one_step_per_batch and (options.num_epochs, options.num_minibatches) != (1, 1):
         raise AlgorithmConfigError(
             f"learner.onpolicy.num_epochs: {algo.name.upper()} takes one gradient step per "
@@ -109,6 +112,43 @@ def check(config) -> None:
         raise AlgorithmConfigError(
             f"replay.capacity: each shard must hold one iteration's {per_shard} transitions, "
             f"got {config.replay.shard_capacity} per shard"
+        )
+
+
+def _check_async(config, algo) -> None:
+    """The asynchronous loop's queue, batch and lag (``services.driver.loops.asynchronous``)."""
+    learner, collector, replay = config.learner, config.collector, config.replay
+    if config.run.deterministic:
+        raise AlgorithmConfigError(
+            f"run.deterministic: {algo.name}'s asynchronous loop trains on chunks as they arrive "
+            "(the policy lag depends on timing); use a lockstep on-policy algorithm, got true"
+        )
+    if learner.max_policy_lag < 1:
+        raise AlgorithmConfigError(
+            f"learner.max_policy_lag: {algo.name}'s collectors act with weights at least one "
+            f"version behind the learner while it trains; must be >= 1, got "
+            f"{learner.max_policy_lag}"
+        )
+    if not replay.fifo_queue:
+        raise AlgorithmConfigError(
+            f"replay.fifo_queue: {algo.name}'s learner queue hands each chunk out once; must be "
+            "true, got false"
+        )
+    options = learner.vtrace
+    per_rank, ranks = divmod(learner.global_batch_size, learner.world_size)
+    if ranks or per_rank % options.num_minibatches:
+        raise AlgorithmConfigError(
+            f"learner.global_batch_size: the {learner.global_batch_size} chunks of a round are "
+            f"split over {learner.world_size} ranks and each rank's share into "
+            f"learner.vtrace.num_minibatches={options.num_minibatches}; must divide evenly"
+        )
+    queue = options.queue_batches * learner.global_batch_size
+    inflight = collector.fleet_size * collector.max_inflight * collector.envs_per_collector
+    if replay.capacity < 2 * (queue + inflight):
+        raise AlgorithmConfigError(
+            f"replay.capacity: the learner queue ({options.queue_batches} batches of "
+            f"{learner.global_batch_size} chunks) and the chunks in flight ({inflight}) need "
+            f"twice their {queue + inflight} chunks of room; got {replay.capacity}"
         )
 
 

@@ -15,6 +15,31 @@ class DeterminismConfigError(ValueError):
     """A field a deterministic run cannot honour; the message names it."""
 
 
+# The fields whose default a deterministic run changes, where the config does not set them.
+DETERMINISTIC_DEFAULTS = {("checkpoint", "interval_s"): 0.0}
+
+
+def with_mode_defaults(data: dict) -> dict:
+    """``data`` with the deterministic mode's defaults where it sets ``run.deterministic``.
+
+    A field the config sets keeps its value (and is refused by :func:`check_deterministic` when
+    the mode cannot honour it); one it leaves out takes the mode's default, so
+    ``--set run.deterministic=true`` alone is a valid run.
+
+    Examples:
+        >>> with_mode_defaults({"run": {"deterministic": True}})["checkpoint"]
+        {'interval_s': 0.0}
+    """
+    run = data.get("run")
+    if not isinstance(run, dict) or run.get("deterministic") is not True:
+        return data
+    for (section, field), value in DETERMINISTIC_DEFAULTS.items():
+        node = data.setdefault(section, {})
+        if isinstance(node, dict):
+            node.setdefault(field, value)
+    return data
+
+
 def check_deterministic(config) -> None:
     """Refuses, naming the field, what a deterministic run cannot reproduce.
 

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import yaml
 
+from services.config.determinism import with_mode_defaults
 from services.config.recipes import AlgorithmConfigError, with_defaults
 from services.config.sections import ConfigError, RunConfig
 
@@ -177,6 +178,7 @@ def config_from_dict(
                 raise ConfigError(f"{'.'.join(keys[: depth + 1])}: is not a section")
             node = child
         node[keys[-1]] = value
+    data = with_mode_defaults(data)
     try:
         data = with_defaults(data)
     except AlgorithmConfigError as err:

@@ -271,6 +271,7 @@ class Elastic:
             max_restarts=cfg.max_restarts,
             alpha=cfg.alpha,
             fifo_shuffle=cfg.fifo_shuffle,
+            fifo_queue=cfg.fifo_queue,
             mmap_dir=cfg.mmap_dir if cfg.storage == "mmap" else None,
             frame_stack=cfg.frame_stack,
             run_seed=config.seed,

@@ -199,7 +199,7 @@ class InboxView(Hooked, BarrierView, Protocol):
 
 
 @runtime_checkable
-class LoopView(InboxView, DrainView, Protocol):
+class LoopView(InboxView, DrainView, Hooked, Protocol):
     """What a loop reads and drives (it hands the run to the inbox, so it is an InboxView)."""
 
     collectors: CollectorGroup | None

@@ -8,6 +8,9 @@ decides what to issue next:
       paced by the update-to-data ratio.
     * :class:`OnPolicyLoop` (PPO, A2C, REINFORCE): lockstep iterations; collect one batch with
       the current version, train epochs of minibatches on exactly that batch, publish.
+    * :class:`AsyncOnPolicyLoop` (IMPALA, APPO): collectors keep collecting trajectory chunks
+      into a bounded learner queue; rounds train on each batch as it arrives (V-trace corrects
+      the lag; chunks older than ``learner.max_policy_lag`` are dropped).
 
 With ``run.deterministic`` the loops are :class:`DeterministicOffPolicyLoop` and
 :class:`DeterministicOnPolicyLoop` (``deterministic.py``): ticks scheduled by counts, shards
@@ -21,6 +24,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from services.driver.loops.asynchronous import AsyncOnPolicyLoop
 from services.driver.loops.deterministic import (
     DeterministicOffPolicyLoop,
     DeterministicOnPolicyLoop,
@@ -36,6 +40,7 @@ if TYPE_CHECKING:
 LOOPS: dict[str, Callable[[LoopView], Loop]] = {
     "offpolicy": OffPolicyLoop,
     "onpolicy": OnPolicyLoop,
+    "async": AsyncOnPolicyLoop,
 }
 DETERMINISTIC_LOOPS: dict[str, Callable[[LoopView], Loop]] = {
     "offpolicy": DeterministicOffPolicyLoop,
@@ -44,7 +49,7 @@ DETERMINISTIC_LOOPS: dict[str, Callable[[LoopView], Loop]] = {
 
 
 def make_loop(controller: LoopView, kind: str) -> Loop:
-    """The loop of ``kind`` (``offpolicy``, ``onpolicy``) for the controller's run mode."""
+    """The loop of ``kind`` (``offpolicy``, ``onpolicy``, ``async``) for the run mode."""
     loops = DETERMINISTIC_LOOPS if controller.config.run.deterministic else LOOPS
     return loops[kind](controller)
 
@@ -52,6 +57,7 @@ def make_loop(controller: LoopView, kind: str) -> Loop:
 __all__ = [
     "DETERMINISTIC_LOOPS",
     "LOOPS",
+    "AsyncOnPolicyLoop",
     "DeterministicOffPolicyLoop",
     "DeterministicOnPolicyLoop",
     "OffPolicyLoop",

@@ -1,0 +1,113 @@
+"""The pure trajectory-chunk core of the asynchronous on-policy loop (IMPALA, APPO; no Ray).
+
+V-trace (``learner.vtrace``) corrects for the lag between the policy that acted and the one
+that learns, so the learner needs whole sequences of one env's steps with the acting policy's
+log-probabilities, and evaluates its own value function on every state itself. One rollout of
+``T`` vector steps over ``n`` envs yields ``n`` items (chunks), one per env:
+
+    observation [T + 1, ...]   x_0 .. x_T (x_T: the chunk's last next state)
+    action, log_prob, reward, terminated, truncated, valid [T]
+    policy_version             the model version that acted (one per chunk)
+
+The envs run in gymnasium's ``NEXT_STEP`` autoreset mode: the step that ends an episode returns
+the episode's final observation, and the next step ignores its action and returns the next
+episode's first one. So ``observation[t + 1]`` is always the true next state of step ``t``, a
+truncation's final state included (the learner bootstraps a truncation from it, also in the
+middle of a chunk), and the auto-reset steps are stored with ``valid = False``: they are not
+transitions (not counted as frames, masked out of the loss, and the episode end before them
+cuts the trace). Chunks continue across rollouts: an episode that ended on a rollout's last
+step makes the next rollout's first step an auto-reset step.
+"""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import numpy as np
+import torch
+
+from collector.envs.episodes import CountsEpisodes, EpisodeTracker
+from collector.rollout import RolloutBatch
+
+STEP_KEYS = ("action", "log_prob", "reward", "terminated", "truncated", "valid")
+
+
+class ChunkWorker(CountsEpisodes):
+    """Steps a ``NEXT_STEP`` vector env with a stochastic policy into per-env chunks.
+
+    Args:
+        envs: A gymnasium vector env in ``NEXT_STEP`` autoreset mode.
+        policy: Has ``act(obs, explore) -> (actions, {"log_prob": [n], ...})``.
+        seeds: One reset seed per sub-env.
+
+    Examples:
+        >>> from collector.envs.vector import make_vector_env
+        >>> from collector.networks.actor_critic import ActorCriticSpec
+        >>> spec = ActorCriticSpec(4, 2)
+        >>> policy = spec.make_policy(spec.build(), np.random.SeedSequence(0))
+        >>> worker = ChunkWorker(make_vector_env("CartPole-v1", 2), policy, [1, 2])
+        >>> batch = worker.rollout(num_steps=10, explore={}, policy_version=3)
+        >>> batch.transitions["observation"].shape, batch.transitions["action"].shape
+        ((2, 11, 4), (2, 10))
+        >>> batch.frames <= 20
+        True
+    """
+
+    def __init__(self, envs: gym.vector.VectorEnv, policy, seeds: list[int]) -> None:
+        self.envs = envs
+        self.policy = policy
+        self.num_envs = envs.num_envs
+        space = envs.single_action_space
+        self.action_bounds = (space.low, space.high) if isinstance(space, gym.spaces.Box) else None
+        self.episodes_tracker = EpisodeTracker(self.num_envs)
+        self.frames = 0
+        self.reset(seeds)
+
+    def reset(self, seeds: list[int]) -> None:
+        """Starts fresh episodes from ``seeds``; partial episodes are dropped."""
+        self.obs, _ = self.envs.reset(seed=seeds)
+        self.resetting = np.zeros(self.num_envs, dtype=bool)  # next step is an auto-reset
+        self.episodes_tracker.reset()
+
+    def rollout(
+        self, num_steps: int, explore, policy_version: int, *, seeds: list[int] | None = None
+    ) -> RolloutBatch:
+        """Collects ``num_steps`` vector steps as one chunk per env.
+
+        Args:
+            num_steps: Vector steps ``T`` (the chunk length).
+            explore: Exploration parameters handed to the policy.
+            policy_version: Stored with every chunk.
+            seeds: Unused (chunks continue episodes across rollouts).
+        """
+        del seeds
+        act, step, bounds = self.policy.act, self.envs.step, self.action_bounds
+        rows: dict[str, list[np.ndarray]] = {"observation": []}
+        obs = self.obs
+        with torch.inference_mode():
+            for _ in range(num_steps):
+                actions, extras = act(obs, explore)
+                rows["observation"].append(np.asarray(obs).copy())
+                rows.setdefault("action", []).append(np.asarray(actions))
+                rows.setdefault("log_prob", []).append(np.asarray(extras["log_prob"]))
+                rows.setdefault("valid", []).append(~self.resetting)
+                obs, reward, terminated, truncated, _ = step(
+                    np.clip(actions, *bounds) if bounds is not None else actions
+                )
+                rows.setdefault("reward", []).append(np.asarray(reward, dtype=np.float32))
+                rows.setdefault("terminated", []).append(np.asarray(terminated))
+                rows.setdefault("truncated", []).append(np.asarray(truncated))
+                self.resetting = np.asarray(terminated) | np.asarray(truncated)
+        rows["observation"].append(np.asarray(obs).copy())
+        self.obs = obs
+        steps = {key: np.stack(value) for key, value in rows.items()}  # time-major
+        valid = steps["valid"]
+        done = (steps["terminated"] | steps["truncated"]) & valid
+        returns, lengths = self.episodes_tracker.update(steps["reward"], valid, done)
+        chunks = {k: np.ascontiguousarray(np.swapaxes(v, 0, 1)) for k, v in steps.items()}
+        chunks["policy_version"] = np.full(self.num_envs, policy_version, np.int64)
+        counted = int(valid.sum())
+        self.frames += counted
+        return RolloutBatch(chunks, returns, lengths, counted=counted)
+
+
+__all__ = ["STEP_KEYS", "ChunkWorker"]

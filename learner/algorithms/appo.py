@@ -1,0 +1,61 @@
+"""APPO's registration: PPO's clipped surrogate on V-trace (``algorithm: appo``).
+
+The loss is ``learner.losses.appo`` (IMPACT's old policy, refreshed every
+``learner.target_update_interval`` optimizer steps); it runs the asynchronous loop
+(``services.driver.loops.asynchronous``) with IMPALA's collectors, networks and
+``learner.vtrace`` options (``clip_epsilon`` and ``is_clip`` are APPO's own).
+"""
+
+from __future__ import annotations
+
+from learner.algorithms._vtrace import ASYNC_DEFAULTS
+from learner.algorithms.spec import Algorithm, LearnEntry, Reference, SolveTask, merged
+from learner.options import VTraceOptions
+
+REGISTERED = (
+    Algorithm(
+        name="appo",
+        loop="async",
+        loss="appo",
+        loss_factory="learner.losses.appo:appo_loss",
+        network="actor_critic",
+        actions="any",
+        defaults=merged(
+            ASYNC_DEFAULTS,
+            {
+                "collector": {"rollout_frames": 256},
+                "learner": {
+                    "loss": "appo",
+                    "hidden_sizes": [64, 64],
+                    "lr": 5e-4,
+                    "max_grad_norm": 40.0,
+                    "global_batch_size": 16,
+                    "target_update_interval": 4,
+                    "target_update_tau": 1.0,
+                },
+            },
+        ),
+        pixel_network="cnn_actor_critic",
+        transform="chunks",
+        options={"vtrace": VTraceOptions},
+        configs=("cartpole_appo.yaml",),
+        solve=SolveTask("cartpole_appo.yaml", 475.0),
+        learn=(
+            LearnEntry(
+                "cartpole-appo",
+                "cartpole_appo.yaml",
+                475.0,
+                500_000,
+                Reference(
+                    2_000_000,
+                    450.0,
+                    "ray-project/ray rllib/tuned_examples/appo/cartpole_appo.py (stop: return "
+                    "450 within 2 M env steps)",
+                    "RLlib's release test passes when the return reaches 450 within the budget: "
+                    "a bound, not a measured curve",
+                ),
+                position=14,
+            ),
+        ),
+    ),
+)

@@ -1,0 +1,142 @@
+"""APPO: PPO's clipped surrogate on V-trace advantages with an old (target) policy.
+
+As in RLlib's APPO after IMPACT (Luo et al., 2020): a copy of the actor-critic, the *old*
+policy pi_old, is refreshed every ``learner.target_update_interval`` optimizer steps
+(``update_target``). V-trace (``learner.vtrace``) corrects the behaviour policy's lag with
+pi_old as its target policy and the current value function; the surrogate clips the ratio of
+the current policy to pi_old, reached through the behaviour policy mu with IMPACT's clipped
+importance weight::
+
+    V_t, V'_t      = V(x_t), V(x_{t+1})                        (current critic)
+    v, A           = vtrace(log mu, log pi_old, r, V, V', discount, cut; rho_bar, c_bar)
+    w_t            = clip(mu(a_t | x_t) / pi_old(a_t | x_t), 0, is_clip)
+    ratio_t        = w_t * pi(a_t | x_t) / mu(a_t | x_t)       (~ pi / pi_old)
+    loss_objective = -mean_valid(min(A_t * ratio_t, A_t * clip(ratio_t, 1 - eps, 1 + eps)))
+    loss_critic    = vf_coef * 0.5 * mean_valid((V_t - v_t)^2)
+    loss_entropy   = -ent_coef * mean_valid(H[pi(. | x_t)])
+
+``mean_valid`` averages over the steps with ``valid`` set (the envs' auto-reset steps are not
+transitions). Diagnostics as ``learner.losses.impala`` plus ``clip_fraction`` and
+``approx_kl`` (Schulman's k3 estimator of KL(pi_old || pi)).
+"""
+
+from __future__ import annotations
+
+import copy
+
+import torch
+from tensordict import TensorDict
+from torch import nn
+
+from learner.losses.chunks import chunk_vtrace, diagnostics, evaluate_chunks, masked_mean
+
+
+class APPOLoss(nn.Module):
+    """The clipped surrogate on V-trace advantages (see the module docstring).
+
+    Args:
+        actor_critic: ``collector.networks.actor_critic.ActorCritic`` (the published policy).
+
+    Keyword Args:
+        gamma: Discount factor.
+        clip_epsilon: Ratio clipping ``eps``.
+        vf_coef: Weight of the value loss.
+        ent_coef: Weight of the entropy bonus.
+        rho_bar: V-trace's truncation of the importance weights (rho bar).
+        c_bar: V-trace's truncation of the trace coefficients (c bar).
+        rho_bar_pg: Truncation of the advantage's importance weight (None: ``rho_bar``).
+        vtrace_lambda: V-trace's lambda.
+        is_clip: Upper clip of IMPACT's importance weight ``mu / pi_old``.
+    """
+
+    def __init__(
+        self,
+        actor_critic: nn.Module,
+        *,
+        gamma: float = 0.99,
+        clip_epsilon: float = 0.2,
+        vf_coef: float = 0.5,
+        ent_coef: float = 0.01,
+        rho_bar: float = 1.0,
+        c_bar: float = 1.0,
+        rho_bar_pg: float | None = None,
+        vtrace_lambda: float = 1.0,
+        is_clip: float = 2.0,
+    ) -> None:
+        super().__init__()
+        self.actor_critic = actor_critic
+        self.old_actor_critic = copy.deepcopy(actor_critic).requires_grad_(False)
+        self.gamma = gamma
+        self.clip_epsilon = clip_epsilon
+        self.vf_coef = vf_coef
+        self.ent_coef = ent_coef
+        self.rho_bar, self.c_bar, self.rho_bar_pg = rho_bar, c_bar, rho_bar_pg
+        self.vtrace_lambda = vtrace_lambda
+        self.is_clip = is_clip
+
+    def vtrace_options(self) -> dict:
+        """The keyword arguments of ``chunk_vtrace``."""
+        return {
+            "gamma": self.gamma,
+            "rho_bar": self.rho_bar,
+            "c_bar": self.c_bar,
+            "rho_bar_pg": self.rho_bar_pg,
+            "lam": self.vtrace_lambda,
+        }
+
+    def forward(self, batch: TensorDict) -> TensorDict:
+        """Returns ``loss_objective``, ``loss_critic``, ``loss_entropy`` and diagnostics."""
+        log_prob, entropy, value, next_value = evaluate_chunks(self.actor_critic, batch)
+        with torch.no_grad():
+            old_log_prob = evaluate_chunks(self.old_actor_critic, batch)[0]
+        targets = chunk_vtrace(batch, old_log_prob, value, next_value, **self.vtrace_options())
+        behaviour = batch["log_prob"].to(log_prob.dtype)
+        weight = (behaviour - old_log_prob).exp().clamp(0.0, self.is_clip)
+        ratio = weight * (log_prob - behaviour).exp()
+        advantage, eps = targets.pg_advantage, self.clip_epsilon
+        surrogate = torch.min(advantage * ratio, advantage * ratio.clamp(1 - eps, 1 + eps))
+        mask = batch["valid"].to(value.dtype)
+        entropy = masked_mean(entropy, mask)
+        with torch.no_grad():
+            log_ratio = log_prob - old_log_prob
+            approx_kl = masked_mean((log_ratio.exp() - 1) - log_ratio, mask)
+            clip_fraction = masked_mean(((ratio - 1).abs() > eps).to(mask.dtype), mask)
+        return TensorDict(
+            {
+                "loss_objective": -masked_mean(surrogate, mask),
+                "loss_critic": self.vf_coef * 0.5 * masked_mean((value - targets.vs) ** 2, mask),
+                "loss_entropy": -self.ent_coef * entropy,
+                "approx_kl": approx_kl,
+                "clip_fraction": clip_fraction,
+                **diagnostics(targets, value, entropy, mask, self.rho_bar),
+            },
+            batch_size=[],
+        )
+
+    @torch.no_grad()
+    def update_target(self, tau: float = 1.0) -> None:
+        """Copies (``tau=1``) or Polyak-averages the current actor-critic into pi_old."""
+        for old, new in zip(
+            self.old_actor_critic.parameters(), self.actor_critic.parameters(), strict=True
+        ):
+            if tau >= 1.0:
+                old.copy_(new)
+            else:
+                old.lerp_(new, tau)
+
+
+def appo_loss(policy_network: nn.Module, config) -> APPOLoss:
+    """The built-in ``loss: appo`` factory (options from ``config.vtrace``)."""
+    options = config.vtrace
+    return APPOLoss(
+        policy_network,
+        gamma=config.gamma,
+        clip_epsilon=options.clip_epsilon,
+        vf_coef=options.vf_coef,
+        ent_coef=options.ent_coef,
+        rho_bar=options.rho_bar,
+        c_bar=options.c_bar,
+        rho_bar_pg=options.rho_bar_pg,
+        vtrace_lambda=options.vtrace_lambda,
+        is_clip=options.is_clip,
+    )

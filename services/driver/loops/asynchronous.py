@@ -1,0 +1,192 @@
+"""The asynchronous on-policy loop (IMPALA, APPO): collectors never wait for a learner phase.
+
+Collection and learning overlap as in IMPALA (Espeholt et al., 2018) and Sample Factory:
+
+1. every collector keeps ``collector.max_inflight`` rollouts going, each acted by the newest
+   weights it has (trajectory chunks, ``collector.chunks``), while the frames counted plus
+   those in flight are below ``total_frames``, and while the *learner queue* (the FIFO tables
+   as queues, ``replay.fifo_queue``: chunks written and not yet taken) plus the chunks in
+   flight stay below ``learner.vtrace.queue_batches`` global batches: collection is
+   rate-limited by the queue, never silently unbounded;
+2. whenever the queue holds a global batch (``learner.global_batch_size`` chunks), one learner
+   round takes it (each rank its share, oldest first), trains ``learner.vtrace.num_epochs``
+   passes of ``num_minibatches`` and publishes; collectors pick the new version up with their
+   next rollout;
+3. chunks acted by a version more than ``learner.max_policy_lag`` behind the learner are
+   dropped by the ranks (masked out, counted: ``frames_dropped``); the rest are trained on
+   with V-trace's correction (``learner.vtrace``).
+
+Frames are counted from rollout receipts only, as in every loop; the loop also keeps what the
+rounds report (chunks taken and dropped, frames trained and dropped, policy lag), so at the end
+of a run ``collected = trained + dropped + queued`` is checked (the queued chunks' frames are
+what is left). Its counters travel in the driver's checkpoint; the queue itself is in the
+replay shards' (a checkpoint cut pauses collection and saves the tables, untaken chunks
+included, so a resumed run trains on them).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import TYPE_CHECKING
+
+from learner.ranks.sampling import EpochPlan
+from learner.receipts import ProtocolError
+
+if TYPE_CHECKING:
+    from services.driver.views import LoopView
+
+logger = logging.getLogger(__name__)
+
+# What the loop sums from the rounds' receipts (keys of the ranks' summed metrics).
+ROUND_SUMS = ("items_dropped", "frames_trained", "frames_dropped", "lag_sum")
+
+
+class AsyncOnPolicyLoop:
+    """Continuous collection into a bounded learner queue; learner rounds as batches arrive.
+
+    Args:
+        controller: The runtime whose collectors, learners and counters the loop drives.
+    """
+
+    def __init__(self, controller: LoopView) -> None:
+        self.controller = controller
+        self.config = controller.config
+        self.items_taken = 0  # chunks handed to learner rounds (trained or dropped)
+        self.totals = dict.fromkeys(ROUND_SUMS, 0.0)
+        self.lag_max = 0.0
+        self.rounds_started = 0
+        self.rounds_reported = 0  # fewer than started: a round was lost with its generation
+        self._hooked = False
+
+    # -- the queue ---------------------------------------------------------------------------
+    @property
+    def batch(self) -> int:
+        """Chunks per learner round (``learner.global_batch_size``)."""
+        return self.config.learner.global_batch_size
+
+    def queued(self) -> int:
+        """Chunks written and not yet handed to a round (each rollout writes one per env)."""
+        written = self.controller.counters.rollouts * self.config.collector.envs_per_collector
+        return written - self.items_taken
+
+    def _inflight_items(self) -> int:
+        return len(self.controller.inflight) * self.config.collector.envs_per_collector
+
+    def _collection_open(self) -> bool:
+        c, cfg = self.controller, self.config
+        if c.stop_requested:
+            return False
+        frames_inflight = len(c.inflight) * cfg.collector.rollout_frames * cfg.collector.frame_skip
+        if c.counters.collected_frames + frames_inflight >= cfg.controller.total_frames:
+            return False
+        bound = cfg.learner.vtrace.queue_batches * self.batch
+        return self.queued() + self._inflight_items() < bound
+
+    # -- issuing -----------------------------------------------------------------------------
+    def _issue_rollouts(self) -> None:
+        """Fills the free collector slots while collection is open."""
+        c, cfg = self.controller, self.config.collector
+        assert c.collectors is not None  # set up before the loop runs
+        explore = None
+        while (index := c.inflight.next_free()) is not None:
+            if not self._collection_open():
+                c.inflight.release(index)
+                return
+            if explore is None:
+                explore = c.exploration()
+            ticket = c.collectors.rollout(index, cfg.rollout_frames, explore, c.weights)
+            c.inflight.add(ticket, index)
+
+    def plan(self) -> EpochPlan:
+        """One round: each rank's share of a global batch, its passes and the lag limit."""
+        learner = self.config.learner
+        options = learner.vtrace
+        return EpochPlan(
+            self.batch // learner.world_size,
+            options.num_epochs,
+            options.num_minibatches,
+            max_policy_lag=learner.max_policy_lag,
+        )
+
+    def _maybe_start_round(self) -> None:
+        c = self.controller
+        if c.pending_round is not None or c.stop_requested or self.queued() < self.batch:
+            return
+        assert c.learners is not None  # set up before the loop runs
+        plan = self.plan()
+        c.pending_round = c.learners.start_round(plan.steps, epochs=plan)
+        self.items_taken += self.batch
+        self.rounds_started += 1
+
+    def _on_round(self, controller, receipt) -> None:
+        """The ``round`` hook: adds what a finished round's ranks reported."""
+        self.rounds_reported += 1
+        for key in ROUND_SUMS:
+            self.totals[key] += receipt.metrics.get(key, 0.0)
+        self.lag_max = max(self.lag_max, receipt.metrics.get("policy_lag_max", 0.0))
+
+    def run(self) -> None:
+        """Runs until the frame budget is collected and the queue's whole batches trained."""
+        c = self.controller
+        if not self._hooked:  # the hooks exist once the controller is built
+            c.register("round", self._on_round)
+            self._hooked = True
+        interval = self.config.controller.log_interval_s
+        next_progress = time.perf_counter() + interval
+        while True:
+            c.inbox.poll(c)  # gRPC checkpoint, stop and scale requests
+            c.elastic.step()  # collectors joining or leaving (services.driver.elastic)
+            c.maybe_checkpoint()
+            self._issue_rollouts()
+            self._maybe_start_round()
+            if not c.wait_and_process(interval) and not c.inbox.wait(c, interval):
+                break  # nothing in flight or owed: budget reached or stop requested
+            if time.perf_counter() >= next_progress:
+                c.progress()
+                next_progress = time.perf_counter() + interval
+        self.check_frames()
+
+    # -- accounting --------------------------------------------------------------------------
+    def frames_queued(self) -> int:
+        """Collected frames neither trained nor dropped (the untaken chunks' valid steps)."""
+        counted = self.controller.counters.transitions
+        return int(counted - self.totals["frames_trained"] - self.totals["frames_dropped"])
+
+    def check_frames(self) -> None:
+        """``collected = trained + dropped + queued``, with the queued frames in the queue.
+
+        Raises:
+            ProtocolError: If the rounds trained or dropped frames that were never counted, or
+                the frames left exceed what the untaken chunks can hold.
+        """
+        if self.rounds_reported != self.rounds_started:
+            logger.warning("a learner round was lost with its generation: frames not checked")
+            return
+        left, queued = self.frames_queued(), self.queued()
+        steps = self.config.collector.rollout_frames // self.config.collector.envs_per_collector
+        if left < 0 or left > queued * max(1, steps) or (queued == 0 and left != 0):
+            raise ProtocolError(
+                f"frames: {self.controller.counters.transitions} counted, "
+                f"{self.totals['frames_trained']:g} trained and "
+                f"{self.totals['frames_dropped']:g} dropped leave {left} for {queued} queued chunks"
+            )
+
+    def state_dict(self) -> dict:
+        """The queue's accounting (chunks taken, frames trained and dropped, the largest lag)."""
+        return {
+            "items_taken": self.items_taken,
+            "rounds_started": self.rounds_started,
+            "rounds_reported": self.rounds_reported,
+            **self.totals,
+            "lag_max": self.lag_max,
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        """Restores :meth:`state_dict`."""
+        self.items_taken = int(state.get("items_taken", 0))
+        for key in ROUND_SUMS:
+            self.totals[key] = float(state.get(key, 0.0))
+        self.lag_max = float(state.get("lag_max", 0.0))
+        self.rounds_started = int(state.get("rounds_started", 0))
+        self.rounds_reported = int(state.get("rounds_reported", 0))
