@@ -46,6 +46,9 @@ class StepReceipt:
             0's reply; ranks answer without it).
         publish_s: Seconds spent extracting and putting the weights.
         finished_at: Wall-clock time (``time.time()``) when the rank finished the round.
+        lags: Asynchronous rounds (``EpochPlan.max_policy_lag``): the chunks taken, counted by
+            policy lag (index ``k``: acted ``k`` versions behind the learner; the last index
+            counts those beyond ``max_policy_lag``, the dropped ones), summed over the ranks.
     """
 
     generation: int
@@ -60,6 +63,7 @@ class StepReceipt:
     published: PublishedWeights | None = None
     publish_s: float = 0.0
     finished_at: float = 0.0
+    lags: tuple[int, ...] = ()
 
 
 class ProtocolError(RuntimeError):

@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
+import os
+import re
+import signal
+import urllib.request
+
 import pytest
+import ray
 
 from services.config import ConfigError, load_config
 from services.driver.controller import Controller
 from services.evaluation.evaluator import EvaluationRunner
 from services.evaluation.playback import evaluate_policy
+from services.observe.metrics import MetricsExporter
 from services.policy import load_policy
 from tests.conftest import ROOT
 
@@ -15,7 +22,7 @@ CONFIGS = ROOT / "deploy" / "configs"
 EVALUATED = ["checkpoint.at_end=true", "evaluation.interval_frames=1000000000"]
 
 
-def run_config(name: str, tmp_path, *overrides: str):
+def run_config(name: str, tmp_path, *overrides: str, scrape: bool = False):
     config = load_config(
         CONFIGS / name,
         [
@@ -38,10 +45,18 @@ def run_config(name: str, tmp_path, *overrides: str):
 
     controller.register("rollout", on_rollout)
     controller.register("round", lambda c, r: seen["rounds"].append(r))
+    exporter = MetricsExporter(run_id=controller.run_id) if scrape else None
+    if exporter is not None:
+        exporter.attach(controller)
     try:
         summary = controller.run()
+        if exporter is not None:
+            with urllib.request.urlopen(exporter.url, timeout=10) as reply:
+                seen["scrape"] = reply.read().decode()
     finally:
         controller.shutdown()
+        if exporter is not None:
+            exporter.close()
     return summary, seen
 
 
@@ -81,8 +96,14 @@ def test_impala_policy_loads_and_replays_its_final_evaluation(impala_run):
     assert round(replay["return_mean"], 3) == summary["eval_return_mean"]
 
 
-def test_appo_learns_with_frames_exact(ray_cluster, tmp_path):
-    summary, seen = run_config("cartpole_appo.yaml", tmp_path, "controller.total_frames=60000")
+def test_appo_learns_on_two_ranks_and_two_shards_with_frames_exact(ray_cluster, tmp_path):
+    summary, seen = run_config(
+        "cartpole_appo.yaml",
+        tmp_path,
+        "controller.total_frames=60000",
+        "learner.world_size=2",  # each rank takes 8 chunks of every round from the queue
+        "replay.num_shards=2",
+    )
     assert summary["episode_return_mean"] > 100
     assert_frames_exact(summary)
     assert {"clip_fraction", "approx_kl", "rho_mean"} <= set(seen["rounds"][-1].metrics)
@@ -98,9 +119,20 @@ def test_collectors_keep_collecting_while_a_slow_learner_drops_stale_chunks(ray_
         "learner.max_policy_lag=1",
         "learner.vtrace.queue_batches=8",
         "replay.capacity=2048",
+        scrape=True,
     )
     assert summary["items_dropped"] > 0 and summary["frames_dropped"] > 0
     assert_frames_exact(summary)
+    assert summary["lag_counts"][-1] == summary["items_dropped"]  # the last bin: beyond 1
+    scrape = seen["scrape"]
+    dropped = re.search(
+        r'relayrl_rollouts_dropped_total\{reason="stale",run="[^"]+"\} (\S+)', scrape
+    )
+    assert dropped and float(dropped[1]) == summary["items_dropped"], scrape[-2000:]
+    count = re.search(r"relayrl_trained_policy_lag_versions_count\{[^}]*\} (\S+)", scrape)
+    assert count and float(count[1]) == summary["items_taken"]
+    for gauge in ("relayrl_learner_queue_chunks", "relayrl_collector_wait_fraction"):
+        assert re.search(rf"^{gauge}\{{", scrape, re.M), gauge
     # Rounds take at least 0.1 s each: most rollouts came back while one was running.
     assert seen["while_training"] > seen["rollouts"] / 2
 
@@ -119,3 +151,46 @@ def test_collectors_keep_collecting_while_a_slow_learner_drops_stale_chunks(ray_
 def test_nonsense_is_refused_before_any_actor_starts(overrides, field):
     with pytest.raises(ConfigError, match=field.replace(".", r"\.")):
         load_config(CONFIGS / "cartpole_impala.yaml", overrides)
+
+
+def test_a_killed_collector_and_a_resume_lose_no_counted_frame(ray_cluster, tmp_path):
+    root = tmp_path / "ckpts"
+    common = ["checkpoint.interval_frames=8000", f"checkpoint.dir={root}", "checkpoint.keep=5"]
+    config = load_config(
+        CONFIGS / "cartpole_impala.yaml",
+        ["metrics.enabled=false", "controller.total_frames=20000", *common],
+    )
+    first = Controller(config)
+    killed: list[int] = []
+
+    def kill_collector_0(ctrl, receipt):
+        if receipt.collector_id != 0 or killed or ctrl.counters.rollouts < 6:
+            return
+        try:
+            killed.append(ray.get(ctrl.collectors.actors[0].pid.remote()))
+        except ray.exceptions.RayActorError:
+            return
+        os.kill(killed[0], signal.SIGKILL)  # as an operator would, by pid
+
+    first.register("rollout", kill_collector_0)
+    try:
+        summary = first.run()
+    finally:
+        first.shutdown()
+    assert killed and summary["collector_failures"] >= 1
+    assert summary["frames"] >= 20000
+    assert_frames_exact(summary)
+    resumed = load_config(
+        CONFIGS / "cartpole_impala.yaml",
+        ["metrics.enabled=false", "controller.total_frames=30000", *common],
+    )
+    second = Controller(resumed, resume_from=root)
+    try:
+        again = second.run()
+    finally:
+        second.shutdown()
+    assert again["frames"] >= 30000 and again["lineage"] == [summary["run_id"]]
+    assert again["items_taken"] > summary["items_taken"]  # the queue's accounting continued
+    assert again["rounds_started"] == again["optim_steps"]  # one step per round, both runs
+    assert sum(again["lag_counts"]) == again["items_taken"]
+    assert_frames_exact(again)

@@ -213,6 +213,7 @@ class LearnerRank:
         publish: bool,
         extra: dict[str, float] | None = None,
         sums: dict[str, float] | None = None,
+        lags: np.ndarray | None = None,
     ) -> tuple[StepReceipt, dict[str, torch.Tensor] | None]:
         start = time.perf_counter()
         metrics = self.core.train(batches)
@@ -221,6 +222,11 @@ class LearnerRank:
             reduced.update(self._allreduce(extra, "max"))
         if sums:
             reduced.update(self._allreduce(sums, "sum"))
+        if lags is not None:  # chunks per policy lag, summed over the ranks
+            counts = torch.as_tensor(lags, dtype=torch.float64, device=self.core.device)
+            if self.config.world_size > 1:
+                dist.all_reduce(counts)
+            lags = counts.round().long().cpu().numpy()
         if self.config.update_priorities:
             self._push_priorities()
             if self.deterministic:  # staged in the shards before the driver's next commit
@@ -239,6 +245,7 @@ class LearnerRank:
             train_s=trained - start,
             publish_s=time.perf_counter() - trained,
             finished_at=time.time(),
+            lags=() if lags is None else tuple(int(n) for n in lags),
         )
         return receipt, weights
 
@@ -297,17 +304,18 @@ class LearnerRank:
             self.replay.refresh()
             self.replay.set_stream((self.rank, self.core.version))
         if epochs is not None:
-            sums, lag = None, 0.0
+            sums, lag, lags = None, 0.0, None
             if epochs.max_policy_lag is None:
                 batches, lag = self._take_epochs(epochs)
             else:  # the asynchronous loop's queue
                 version, timeout = self.core.version, self.config.command_timeout_s
-                batches, sums = self.sampler.take_queue(epochs, version, timeout_s=timeout)
+                batches, sums, lags = self.sampler.take_queue(epochs, version, timeout_s=timeout)
                 lag = sums.pop("policy_lag")
             if len(batches) != num_steps:
                 raise ValueError(f"epochs {epochs} make {len(batches)} steps, not {num_steps}")
             elapsed = time.perf_counter() - start
-            return self._round(round_id, batches, elapsed, publish, {"policy_lag": lag}, sums)
+            extra = {"policy_lag": lag}
+            return self._round(round_id, batches, elapsed, publish, extra, sums, lags)
         batches = self.sampler.take(num_steps)
         reply = self._round(round_id, batches, time.perf_counter() - start, publish)
         self.sampler.prepare_next()

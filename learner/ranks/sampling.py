@@ -136,7 +136,7 @@ class RankSampler:
 
     def take_queue(
         self, plan: EpochPlan, version: int, *, timeout_s: float = 600.0
-    ) -> tuple[list[TensorDict], dict[str, float]]:
+    ) -> tuple[list[TensorDict], dict[str, float], np.ndarray]:
         """An asynchronous round's batches: the ``plan.items`` oldest items of the queue.
 
         The driver starts a round only once the queue holds the whole batch, but the ranks'
@@ -146,9 +146,11 @@ class RankSampler:
         each rank still takes part in every collective, and counted.
 
         Returns:
-            ``(batches, stats)``; ``stats`` has ``policy_lag`` (the largest lag among the items),
-            and, summed over the items, ``lag_sum``, ``items_dropped``, ``frames_trained`` and
-            ``frames_dropped`` (valid steps of the kept and of the dropped items).
+            ``(batches, stats, lags)``; ``stats`` has ``policy_lag`` (the largest lag among the
+            items), and, summed over the items, ``lag_sum``, ``items_dropped``,
+            ``frames_trained`` and ``frames_dropped`` (valid steps of the kept and of the dropped
+            items); ``lags`` counts the items by lag (``max_policy_lag + 2`` bins, the last for
+            the dropped).
 
         Raises:
             TimeoutError: If the queue does not yield the share within ``timeout_s``.
@@ -168,7 +170,9 @@ class RankSampler:
             self.client.refresh()
         arrays = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
         lag = version - arrays["policy_version"]
-        stale = lag > (plan.max_policy_lag or 0)
+        limit = plan.max_policy_lag or 0
+        stale = lag > limit
+        lags = np.bincount(np.clip(lag, 0, limit + 1), minlength=limit + 2)
         frames = arrays["valid"].sum(axis=1)
         arrays["valid"] = arrays["valid"] & ~stale[:, None]
         stats = {
@@ -183,7 +187,7 @@ class RankSampler:
         for _ in range(plan.epochs):
             order = torch.from_numpy(self.client.rng.permutation(plan.items)).to(batch.device)
             batches += [batch[part] for part in order.tensor_split(plan.minibatches)]
-        return batches, stats
+        return batches, stats, lags
 
     def prepare_next(self) -> None:
         """Collects and prepares the requested next round in the background."""

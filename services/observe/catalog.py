@@ -148,6 +148,33 @@ METRICS: tuple[tuple[str, str, tuple[str, ...], str], ...] = (
         (),
         "Learner version minus the policy version that collected a rollout.",
     ),
+    (
+        "trained_policy_lag_versions",
+        "histogram",
+        (),
+        "Asynchronous loop: learner version minus the policy version that acted, per chunk a "
+        "round took (trained or dropped).",
+    ),
+    (
+        "rollouts_dropped_total",
+        "counter",
+        ("reason",),
+        "Asynchronous loop: trajectory chunks (one env's part of a rollout) taken and not "
+        "trained on (reason stale: acted more than learner.max_policy_lag versions behind).",
+    ),
+    (
+        "learner_queue_chunks",
+        "gauge",
+        (),
+        "Asynchronous loop: chunks written and not yet taken by a learner round.",
+    ),
+    (
+        "collector_wait_fraction",
+        "gauge",
+        (),
+        "Asynchronous loop: share of the collectors' wall time not spent stepping envs (waiting "
+        "for the learner queue to drain or for their next rollout call).",
+    ),
     ("rollout_latency_seconds", "histogram", (), "Wall time of one rollout call, writes included."),
     ("step_latency_seconds", "histogram", (), "Wall time of one learner round on rank 0."),
 )

@@ -209,6 +209,12 @@ class MetricsExporter:
         for term, value in receipt.metrics.items():
             if math.isfinite(value):
                 m("loss", term=term).set(value)
+        if receipt.lags:  # an asynchronous round: chunks per policy lag, the last bin dropped
+            histogram = m("trained_policy_lag_versions")
+            for lag, count in enumerate(receipt.lags):
+                for _ in range(count):
+                    histogram.observe(lag)
+            m("rollouts_dropped_total", reason="stale").inc(receipt.lags[-1])
 
     def on_progress(self, controller: Counted, snapshot: dict) -> None:
         """Refreshes gauges from a progress snapshot."""
@@ -228,6 +234,12 @@ class MetricsExporter:
                 m("exploration", param=param).set(float(value))
         self._sizes(snapshot.get("sizes", {}))
         self._advance("collectors_dropped_total", snapshot.get("collectors_dropped", 0))
+        for key, name in (
+            ("queued_chunks", "learner_queue_chunks"),
+            ("collector_wait_fraction", "collector_wait_fraction"),
+        ):
+            if key in snapshot:  # the asynchronous loop's
+                m(name).set(snapshot[key])
         m("frames_per_second").set(snapshot["frames_per_s"])
         m("updates_per_second").set(snapshot["updates_per_s"])
         m("update_to_data_ratio").set(c.optim_steps / max(c.collected_frames, 1))

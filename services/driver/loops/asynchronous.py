@@ -57,6 +57,9 @@ class AsyncOnPolicyLoop:
         self.lag_max = 0.0
         self.rounds_started = 0
         self.rounds_reported = 0  # fewer than started: a round was lost with its generation
+        self.lag_counts: list[int] = []  # chunks taken per policy lag (the last bin: dropped)
+        self.busy_s = 0.0  # collectors' seconds of stepping since this loop started
+        self.started_at: float | None = None
         self._hooked = False
 
     # -- the queue ---------------------------------------------------------------------------
@@ -125,13 +128,41 @@ class AsyncOnPolicyLoop:
         for key in ROUND_SUMS:
             self.totals[key] += receipt.metrics.get(key, 0.0)
         self.lag_max = max(self.lag_max, receipt.metrics.get("policy_lag_max", 0.0))
+        if len(self.lag_counts) < len(receipt.lags):
+            self.lag_counts += [0] * (len(receipt.lags) - len(self.lag_counts))
+        for lag, count in enumerate(receipt.lags):
+            self.lag_counts[lag] += count
+
+    def _on_rollout(self, controller, receipt) -> None:
+        self.busy_s += receipt.rollout_s
+
+    def collector_wait_fraction(self) -> float:
+        """Share of the collectors' wall time since the loop started not spent stepping."""
+        if self.started_at is None:
+            return 0.0
+        wall = (time.perf_counter() - self.started_at) * max(self.config.collector.fleet_size, 1)
+        return max(0.0, 1.0 - self.busy_s / wall) if wall > 0 else 0.0
+
+    def lag_percentile(self, q: float) -> float:
+        """The ``q``-quantile (0-1) of the taken chunks' policy lags (0 before any round)."""
+        total = sum(self.lag_counts)
+        if not total:
+            return 0.0
+        cumulative = 0
+        for lag, count in enumerate(self.lag_counts):
+            cumulative += count
+            if cumulative >= q * total:
+                return float(lag)
+        return float(len(self.lag_counts) - 1)
 
     def run(self) -> None:
         """Runs until the frame budget is collected and the queue's whole batches trained."""
         c = self.controller
         if not self._hooked:  # the hooks exist once the controller is built
             c.register("round", self._on_round)
+            c.register("rollout", self._on_rollout)
             self._hooked = True
+        self.started_at, self.busy_s = time.perf_counter(), 0.0
         interval = self.config.controller.log_interval_s
         next_progress = time.perf_counter() + interval
         while True:
@@ -163,6 +194,14 @@ class AsyncOnPolicyLoop:
         if self.rounds_reported != self.rounds_started:
             logger.warning("a learner round was lost with its generation: frames not checked")
             return
+        replay = self.controller.replay
+        written = sum(s["write_count"] for s in replay.stats()) if replay is not None else None
+        counted = self.controller.counters.rollouts * self.config.collector.envs_per_collector
+        if written is not None and written != counted:
+            # A collector died between its write and its receipt: the queue holds chunks no
+            # receipt counted (their frames are not counted, as in every loop).
+            logger.warning("%d chunks written, %d counted: frames not checked", written, counted)
+            return
         left, queued = self.frames_queued(), self.queued()
         steps = self.config.collector.rollout_frames // self.config.collector.envs_per_collector
         if left < 0 or left > queued * max(1, steps) or (queued == 0 and left != 0):
@@ -173,13 +212,22 @@ class AsyncOnPolicyLoop:
             )
 
     def state_dict(self) -> dict:
-        """The queue's accounting (chunks taken, frames trained and dropped, the largest lag)."""
+        """The queue's accounting (chunks taken, frames trained and dropped, the lags).
+
+        ``queued_chunks``, ``collector_wait_fraction`` and the lag percentiles are reported, not
+        restored.
+        """
         return {
             "items_taken": self.items_taken,
             "rounds_started": self.rounds_started,
             "rounds_reported": self.rounds_reported,
             **self.totals,
             "lag_max": self.lag_max,
+            "lag_counts": list(self.lag_counts),
+            "policy_lag_p50": self.lag_percentile(0.5),
+            "policy_lag_p99": self.lag_percentile(0.99),
+            "queued_chunks": self.queued(),
+            "collector_wait_fraction": round(self.collector_wait_fraction(), 4),
         }
 
     def load_state_dict(self, state: dict) -> None:
@@ -190,3 +238,4 @@ class AsyncOnPolicyLoop:
         self.lag_max = float(state.get("lag_max", 0.0))
         self.rounds_started = int(state.get("rounds_started", 0))
         self.rounds_reported = int(state.get("rounds_reported", 0))
+        self.lag_counts = [int(n) for n in state.get("lag_counts", [])]
