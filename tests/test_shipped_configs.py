@@ -26,6 +26,8 @@ GPU_SWAP = ("learner.resources_per_rank={CPU: 1}", "learner.backend=auto", "lear
 # Run end to end by these test files (each names the config); the rest start here.
 STARTED_ELSEWHERE = {
     "cartpole_a2c.yaml": "test_algorithms_run.py",
+    "cartpole_appo.yaml": "test_async_run.py",
+    "cartpole_impala.yaml": "test_async_run.py",
     "cartpole_dqn.yaml": "test_cli.py",
     "cartpole_dqn_torchrl.yaml": "test_torchrl_loss.py",
     "cartpole_ppo.yaml": "test_algorithms_run.py",
@@ -49,9 +51,11 @@ BUILT_ONLY = {
     "multinode_dqn.yaml",
     "pong_dqn_gpu.yaml",
     "pong_ppo_gpu.yaml",
+    "pong_appo_gpu.yaml",
     "pong_dqn_small.yaml",
     "cartpole_dqn_ws2.yaml",
     "lunarlander_ppo.yaml",
+    "lunarlander_appo.yaml",
     "hopper_ppo.yaml",
 }
 START_HERE = [n for n in SHIPPED if n not in STARTED_ELSEWHERE and n not in BUILT_ONLY]

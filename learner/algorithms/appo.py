@@ -9,7 +9,15 @@ The loss is ``learner.losses.appo`` (IMPACT's old policy, refreshed every
 from __future__ import annotations
 
 from learner.algorithms._vtrace import ASYNC_DEFAULTS
-from learner.algorithms.spec import Algorithm, LearnEntry, Reference, SolveTask, merged
+from learner.algorithms.spec import (
+    ZOO,
+    Algorithm,
+    LearnEntry,
+    Reference,
+    SolveTask,
+    merged,
+    pong_smoke_reference,
+)
 from learner.options import VTraceOptions
 
 REGISTERED = (
@@ -38,7 +46,12 @@ REGISTERED = (
         pixel_network="cnn_actor_critic",
         transform="chunks",
         options={"vtrace": VTraceOptions},
-        configs=("cartpole_appo.yaml",),
+        configs=(
+            "cartpole_appo.yaml",
+            "lunarlander_appo.yaml",
+            "pong_appo.yaml",
+            "pong_appo_gpu.yaml",
+        ),
         solve=SolveTask("cartpole_appo.yaml", 475.0),
         learn=(
             LearnEntry(
@@ -55,6 +68,44 @@ REGISTERED = (
                     "a bound, not a measured curve",
                 ),
                 position=14,
+            ),
+            LearnEntry(
+                "lunarlander-appo",
+                "lunarlander_appo.yaml",
+                200.0,
+                1_500_000,
+                Reference(
+                    1_000_000,
+                    242.1,
+                    f"{ZOO} benchmark.md: LunarLander-v2 242.1 +- 31.8 after 1M steps (its "
+                    "clipped-surrogate lockstep entry)",
+                    "the zoo has no asynchronous entry; its lockstep one is what a user compares",
+                ),
+                position=22,
+            ),
+            LearnEntry(
+                "pong-appo-smoke",
+                "pong_appo.yaml",
+                -19.0,
+                2_000_000,
+                pong_smoke_reference("; the lockstep smoke's env, network and batch size"),
+                position=51,
+            ),
+            LearnEntry(
+                "pong-appo",
+                "pong_appo_gpu.yaml",
+                18.0,
+                40_000_000,
+                Reference(
+                    40_000_000,
+                    20.0,
+                    "ray-project/ray rllib/tuned_examples/appo/pong_appo.py (stop: return 20 "
+                    "within 10 M agent steps, frame skip 4)",
+                    "RLlib's release test passes when the return is reached within the budget: "
+                    "a bound, not a measured curve",
+                ),
+                suites=("full",),
+                position=54,
             ),
         ),
     ),
