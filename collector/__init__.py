@@ -30,6 +30,9 @@ Layout:
     * ``onpolicy``: :class:`OnPolicyWorker` and :class:`OnPolicyTransform`, the on-policy pure
       core: ``SAME_STEP`` envs, fixed-length rollouts with GAE, or one complete episode per env
       with Monte-Carlo returns (REINFORCE).
+    * ``chunks``: :class:`~collector.chunks.ChunkWorker`, the asynchronous loop's pure core
+      (IMPALA, APPO): one trajectory chunk per env per rollout, ``NEXT_STEP`` envs, the
+      auto-reset steps masked, the learner computing V-trace.
     * ``actor``: the ``Collector`` Ray actor, a thin shell (its threads) over the pure parts:
       ``weights`` (:class:`~collector.weights.PolicyWeights`, the network and its
       ``(generation, version)``), ``delivery`` (:class:`~collector.delivery.ReplayWriter`:

@@ -10,11 +10,13 @@ Layout:
       KL and clip-fraction diagnostics), :class:`A2CLoss`, :class:`ReinforceLoss` (optional
       baseline), :class:`SACLoss` (twin Q, Polyak targets, learned temperature),
       :class:`MultiAgentQLoss` (IQL, VDN, QMIX over a shared agent network; the mixers in
-      ``losses.mixers``); ``LearnerConfig.loss`` names one, a user ``"module:factory"``, or a
+      ``losses.mixers``), :class:`IMPALALoss` and :class:`APPOLoss` (V-trace over trajectory
+      chunks; ``vtrace``: V-trace itself, pure torch); ``LearnerConfig.loss`` names one, a
+      user ``"module:factory"``, or a
       TorchRL class (``torchrl:DQNLoss`` for ``dqn``, ``torchrl:ClipPPOLoss`` for ``ppo``: the
       ``torchrl`` extra, built around the same networks, ``losses.torchrl_loss`` and
       ``losses.torchrl_ppo``); ``options``: their settings (``learner.onpolicy``,
-      ``learner.sac``, ``learner.marl``).
+      ``learner.vtrace``, ``learner.sac``, ``learner.marl``).
     * ``loss``: :class:`LossDispatch` routes named loss methods through DDP.
     * ``stepper``: the :class:`Stepper` protocol and :class:`DefaultStepper` (clip by norm or
       value, ``grad_norm``, optional LR scheduler); ``precision``: :class:`MixedPrecisionStepper`
@@ -42,7 +44,8 @@ Layout:
       ``state_dicts``/``load_state_dicts`` of any saved world size, ``set_shards``),
       ``resize`` (:func:`states_for_world_size`: rank 0's replica for every new rank, RNG
       streams derived per new rank and generation), ``sampling`` (:class:`RankSampler`,
-      per-rank sampling with one round of prefetch, and on-policy rounds, :class:`EpochPlan`),
+      per-rank sampling with one round of prefetch, and on-policy rounds, :class:`EpochPlan`,
+      the asynchronous loop's queue rounds with stale chunks masked and counted),
       ``rendezvous`` (rank 0's store on a free port, retried on collision) and ``placement``
       (the ranks' placement group, ``resources_per_rank``, ``placement_strategy``).
     * ``receipts``: :class:`StepReceipt`, :class:`PublishedWeights` and the protocol errors.

@@ -130,3 +130,19 @@ def test_impala_on_policy_ratios_are_one_and_its_gradient_moves_the_policy():
     (out["loss_objective"] + out["loss_critic"]).backward()
     grads = [p.grad for p in network.parameters() if p.grad is not None]
     assert grads and any(float(g.abs().sum()) > 0 for g in grads)
+
+
+@pytest.mark.parametrize("loss_cls", [IMPALALoss, APPOLoss])
+def test_gaussian_chunks_train(loss_cls):
+    spec = ActorCriticSpec(3, 1, hidden_sizes=(16,), distribution="gaussian")
+    torch.manual_seed(0)
+    network = spec.build()
+    policy = spec.make_policy(network, np.random.SeedSequence(0))
+    envs = make_vector_env("Pendulum-v1", 2, env_kwargs={"max_episode_steps": 10})
+    chunks = ChunkWorker(envs, policy, [0, 1]).rollout(12, {}, policy_version=0).transitions
+    assert chunks["action"].shape == (2, 12, 1) and chunks["action"].dtype == np.float32
+    batch = TensorDict({k: torch.as_tensor(v) for k, v in chunks.items()}, batch_size=[2])
+    out = loss_cls(network)(batch)
+    (out["loss_objective"] + out["loss_critic"] + out["loss_entropy"]).backward()
+    assert network.log_std.grad is not None and torch.isfinite(network.log_std.grad).all()
+    assert abs(float(out["rho_mean"]) - 1.0) < 1e-4  # the acting network is the learner's

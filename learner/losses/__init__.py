@@ -8,6 +8,10 @@ per-item ``td_error`` can feed prioritized replay. Each module's docstring state
     * ``ppo``: :class:`PPOLoss` (clipped surrogate, optionally clipped value loss, entropy).
     * ``a2c``: :class:`A2CLoss` (advantage actor-critic, one step per batch).
     * ``reinforce``: :class:`ReinforceLoss` (Monte-Carlo policy gradient, optional baseline).
+    * ``impala``: :class:`IMPALALoss` (V-trace actor-critic over trajectory chunks) and
+      ``appo``: :class:`APPOLoss` (PPO's clipped surrogate on V-trace advantages with an old
+      policy); what they share (the actor-critic over chunks, masks) is in ``chunks``, V-trace
+      itself in ``learner.vtrace``.
     * ``sac``: :class:`SACLoss` (twin Q, Polyak targets, tanh-Gaussian actor, learned
       temperature), optimized by ``learner.multi.MultiOptimizerStepper``.
     * ``torchrl_loss``: ``learner.loss: torchrl:DQNLoss``, a ``torchrl.objectives`` class built
