@@ -12,6 +12,7 @@ from learner.algorithms._vtrace import ASYNC_DEFAULTS
 from learner.algorithms.spec import (
     ZOO,
     Algorithm,
+    GpuCheck,
     LearnEntry,
     Reference,
     SolveTask,
@@ -45,6 +46,7 @@ REGISTERED = (
         ),
         pixel_network="cnn_actor_critic",
         transform="chunks",
+        gpu_check=GpuCheck(continuous=True),
         options={"vtrace": VTraceOptions},
         configs=(
             "cartpole_appo.yaml",

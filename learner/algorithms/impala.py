@@ -9,7 +9,14 @@ frames) into trajectory chunks (``collector.chunks``) and never wait for a learn
 from __future__ import annotations
 
 from learner.algorithms._vtrace import ASYNC_DEFAULTS
-from learner.algorithms.spec import Algorithm, LearnEntry, Reference, SolveTask, merged
+from learner.algorithms.spec import (
+    Algorithm,
+    GpuCheck,
+    LearnEntry,
+    Reference,
+    SolveTask,
+    merged,
+)
 from learner.options import VTraceOptions
 
 REGISTERED = (
@@ -37,7 +44,8 @@ REGISTERED = (
         transform="chunks",
         options={"vtrace": VTraceOptions},
         configs=("cartpole_impala.yaml",),
-        modules=("collector.networks.torsos",),  # the IMPALA paper's ResNet torso's name
+        modules=("collector.networks.torsos",),
+        gpu_check=GpuCheck(),  # the IMPALA paper's ResNet torso's name
         solve=SolveTask("cartpole_impala.yaml", 475.0),
         learn=(
             LearnEntry(

@@ -123,7 +123,8 @@ class Algorithm:
         name: The ``algorithm`` value.
         loop: A key of the driver's loop registry (``services.driver.loops.LOOPS``):
             ``offpolicy`` (asynchronous collection into replay, learner rounds paced by the
-            update-to-data ratio) or ``onpolicy`` (lockstep iterations over FIFO tables).
+            update-to-data ratio), ``onpolicy`` (lockstep iterations over FIFO tables) or
+            ``async`` (collectors never wait; FIFO tables as a bounded learner queue).
         loss: The ``learner.loss`` key it trains with (a key of ``learner.losses.LOSSES``;
             algorithms may share one, e.g. the multi-agent mixers).
         loss_factory: ``module:factory`` path of that loss, called as
@@ -136,7 +137,8 @@ class Algorithm:
         pixel_network: The network over stacked uint8 frames ``[S, H, W]`` (a key of
             ``NETWORKS``, discrete actions only); None: flat observations only. Off-policy
             ones may store frames once in replay (``replay.frame_stack``).
-        transform: On-policy collectors' targets: ``gae`` or ``episodes`` (None: off-policy).
+        transform: On-policy collectors' targets: ``gae``, ``episodes`` or ``chunks`` (the
+            asynchronous loop's trajectory chunks, no targets) (None: off-policy).
         epsilon_greedy: Collectors explore with the driver's annealed epsilon (Q-learning);
             otherwise the policy's own sampling is the exploration (and
             ``collector.action_noise`` may color a Gaussian policy's noise).

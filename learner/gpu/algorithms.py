@@ -61,7 +61,21 @@ def batch(name: str, spec, n: int, seed: int) -> TensorDict:
         else torch.randint(0, ACTIONS, (n,), generator=g)
     )
     data["action"] = action
-    if not algo.on_policy:  # replayed transitions
+    if algo.transform == "chunks":  # the asynchronous loop's trajectory chunks of 8 steps
+        steps = 8
+        data = {
+            "observation": torch.randn(n, steps + 1, OBS_DIM, generator=g),
+            "action": torch.randn(n, steps, 2, generator=g)
+            if continuous
+            else torch.randint(0, ACTIONS, (n, steps), generator=g),
+            "log_prob": -torch.rand(n, steps, generator=g),
+            "reward": torch.randn(n, steps, generator=g),
+            "terminated": torch.rand(n, steps, generator=g) < 0.05,
+            "truncated": torch.rand(n, steps, generator=g) < 0.05,
+            "valid": torch.rand(n, steps, generator=g) > 0.05,
+            "policy_version": torch.zeros(n, dtype=torch.int64),
+        }
+    elif not algo.on_policy:  # replayed transitions
         data["next_observation"] = torch.randn(n, OBS_DIM, generator=g)
         data["terminated"] = torch.rand(n, generator=g) < 0.1
         data["n_step_discount"] = torch.full((n,), 0.99)
