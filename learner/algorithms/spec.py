@@ -209,6 +209,11 @@ class Algorithm:
         return self.loop in ("onpolicy", "async")
 
     @property
+    def lockstep(self) -> bool:
+        """Whether it runs the lockstep on-policy loop (every collector in every iteration)."""
+        return self.loop == "onpolicy"
+
+    @property
     def loss_module(self) -> str:
         """The module of its loss factory."""
         return self.loss_factory.partition(":")[0]

@@ -216,7 +216,7 @@ class Elastic:
             self.follow.step()
         # Lockstep (on-policy): an iteration's batch is every collector's rollout, so a boundary
         # waits for the joining ones (collection is paused between iterations anyway).
-        wait = JOIN_TIMEOUT_S if c.algorithm.on_policy and self.fleet.joining else 0
+        wait = JOIN_TIMEOUT_S if c.algorithm.lockstep and self.fleet.joining else 0
         for index in self.fleet.admit(wait):
             c.inflight.grow(index)
         for index in list(self.leaving):

@@ -204,6 +204,7 @@ class LoopView(InboxView, DrainView, Hooked, Protocol):
 
     collectors: CollectorGroup | None
     learners: LearnerGroup | None
+    replay: ReplayClient | None  # the shards' write counts (the asynchronous loop's check)
     cadence: CheckpointCadence
     last_learner_metrics: dict[str, float]
 
