@@ -64,8 +64,9 @@ def assert_frames_exact(summary) -> None:
     """Collected = trained + dropped + queued, every frame from a receipt."""
     assert summary["frames"] == summary["transitions"]
     queued = summary["frames"] - summary["frames_trained"] - summary["frames_dropped"]
-    assert 0 <= queued <= 512  # less than a batch of 16 chunks of 32 steps is left untaken
-    assert summary["rounds_started"] == summary["rounds_reported"] == summary["optim_steps"]
+    assert 0 <= queued <= 512  # less than a batch (at most 16 chunks of 32 steps) is left
+    assert summary["rounds_started"] == summary["rounds_reported"] > 0
+    assert summary["optim_steps"] % summary["rounds_started"] == 0  # whole rounds
 
 
 @pytest.fixture(scope="module")

@@ -41,6 +41,7 @@ REGISTERED = (
                     "global_batch_size": 16,
                     "target_update_interval": 4,
                     "target_update_tau": 1.0,
+                    "vtrace": {"num_epochs": 2, "num_minibatches": 2},
                 },
             },
         ),

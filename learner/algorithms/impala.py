@@ -36,7 +36,7 @@ REGISTERED = (
                     "hidden_sizes": [64, 64],
                     "lr": 5e-4,
                     "max_grad_norm": 40.0,
-                    "global_batch_size": 16,
+                    "global_batch_size": 8,
                 },
             },
         ),
