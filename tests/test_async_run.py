@@ -114,7 +114,7 @@ def test_collectors_keep_collecting_while_a_slow_learner_drops_stale_chunks(ray_
     summary, seen = run_config(
         "cartpole_impala.yaml",
         tmp_path,
-        "controller.total_frames=30000",
+        "controller.total_frames=20000",
         "learner.loss=tests.slow_loss:slow_impala",
         "learner.loss_options={delay_s: 0.1}",
         "learner.max_policy_lag=1",
