@@ -1,4 +1,7 @@
-"""Dispatches ``python -m services.bench <name> [args]`` to ``services.bench.<name>.main``."""
+"""Dispatches ``python -m services.bench <name> [args]`` to ``services.bench.<name>.main``.
+
+A name that is a Python keyword maps to another module (:data:`MODULES`).
+"""
 
 from __future__ import annotations
 
@@ -18,7 +21,10 @@ SUBCOMMANDS = (
     "determinism",
     "elastic",
     "startup",
+    "async",
 )
+# Subcommands whose module has another name (``async`` is a Python keyword).
+MODULES = {"async": "async_bench"}
 
 
 def main(argv: list[str], prog: str = "python -m services.bench") -> int:
@@ -33,7 +39,8 @@ def main(argv: list[str], prog: str = "python -m services.bench") -> int:
     if not argv or argv[0] not in SUBCOMMANDS:
         print(text, file=sys.stderr)
         return 2
-    return importlib.import_module(f"services.bench.{argv[0]}").main(argv[1:])
+    module = MODULES.get(argv[0], argv[0])
+    return importlib.import_module(f"services.bench.{module}").main(argv[1:])
 
 
 if __name__ == "__main__":

@@ -1,0 +1,42 @@
+"""``python -m services.bench async`` at CI size: both loops' figures in its JSON line."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+import pytest
+
+from tests.conftest import PYTHON, ROOT, cli_env
+
+
+@pytest.mark.e2e
+def test_the_bench_reports_both_loops_and_their_ratio():
+    command = ["-m", "services.bench", "async", "--tasks", "cartpole", "--repeats", "1"]
+    done = subprocess.run(
+        [PYTHON, *command, "--cartpole-frames", "20000"],
+        cwd=ROOT,
+        env=cli_env(),
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    lockstep, asynchronous = report["args"]["arms"]
+    cartpole = report["tasks"]["cartpole"]
+    for arm in (lockstep, asynchronous):
+        figures = cartpole[arm]
+        assert figures["frames"] >= 20000 and figures["frames_per_s"] > 0, arm
+        assert 0 <= figures["collector_wait_fraction"] <= 1, arm
+        assert 0 <= figures["dropped_fraction"] < 1, arm
+        assert len(figures["frames_per_s_all"]) == 1, arm
+    assert cartpole[lockstep]["policy_lag_p99"] == cartpole[lockstep]["dropped_fraction"] == 0
+    assert cartpole[asynchronous]["policy_lag_p99"] >= cartpole[asynchronous]["policy_lag_p50"]
+    ratio = cartpole[f"{asynchronous}_over_{lockstep}_frames_per_s"]
+    assert ratio == pytest.approx(
+        cartpole[asynchronous]["frames_per_s"] / cartpole[lockstep]["frames_per_s"], rel=0.01
+    )
+    assert "sample_factory" not in cartpole  # only with --sample-factory
+    assert report["machine"]["cpu_count"] >= 1
+    assert "frames/s" in done.stderr  # the table
