@@ -17,6 +17,7 @@ import torch.distributed as dist
 from learner.config import LearnerConfig
 from learner.determinism import deterministic_kernels, state_digest
 from learner.plugins import STEPPERS
+from learner.ranks.collectives import allreduce, allreduce_counts, allreduce_mean
 from learner.ranks.rendezvous import open_store
 from learner.receipts import StaleGenerationError, StepReceipt
 from learner.weights import Schema, tensor_schema
@@ -186,25 +187,6 @@ class LearnerRank:
                 f"generation {generation}"
             )
 
-    def _allreduce_mean(self, metrics: dict[str, torch.Tensor]) -> dict[str, float]:
-        if not metrics:
-            return {}
-        keys = sorted(metrics)
-        stacked = torch.stack([metrics[k].float() for k in keys])
-        if self.config.world_size > 1:
-            dist.all_reduce(stacked)
-            stacked /= self.config.world_size
-        return dict(zip(keys, stacked.cpu().tolist(), strict=True))
-
-    def _allreduce(self, values: dict[str, float], op: str) -> dict[str, float]:
-        """``{key_max: ...}`` (``op="max"``) or ``{key: sum}`` (``op="sum"``) over the ranks."""
-        keys = sorted(values)
-        stacked = torch.tensor([float(values[k]) for k in keys], device=self.core.device)
-        if self.config.world_size > 1:
-            dist.all_reduce(stacked, op=dist.ReduceOp.MAX if op == "max" else dist.ReduceOp.SUM)
-        suffix = "_max" if op == "max" else ""
-        return {f"{k}{suffix}": v for k, v in zip(keys, stacked.tolist(), strict=True)}
-
     def _round(
         self,
         round_id: int,
@@ -217,16 +199,13 @@ class LearnerRank:
     ) -> tuple[StepReceipt, dict[str, torch.Tensor] | None]:
         start = time.perf_counter()
         metrics = self.core.train(batches)
-        reduced = self._allreduce_mean(metrics)
+        world, device = self.config.world_size, self.core.device
+        reduced = allreduce_mean(metrics, world)
         if extra:
-            reduced.update(self._allreduce(extra, "max"))
+            reduced.update(allreduce(extra, "max", world, device))
         if sums:
-            reduced.update(self._allreduce(sums, "sum"))
-        if lags is not None:  # chunks per policy lag, summed over the ranks
-            counts = torch.as_tensor(lags, dtype=torch.float64, device=self.core.device)
-            if self.config.world_size > 1:
-                dist.all_reduce(counts)
-            lags = counts.round().long().cpu().numpy()
+            reduced.update(allreduce(sums, "sum", world, device))
+        lag_counts = () if lags is None else allreduce_counts(lags, world, device)
         if self.config.update_priorities:
             self._push_priorities()
             if self.deterministic:  # staged in the shards before the driver's next commit
@@ -245,7 +224,7 @@ class LearnerRank:
             train_s=trained - start,
             publish_s=time.perf_counter() - trained,
             finished_at=time.time(),
-            lags=() if lags is None else tuple(int(n) for n in lags),
+            lags=lag_counts,
         )
         return receipt, weights
 

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING
 
 from learner.ranks.sampling import EpochPlan
 from learner.receipts import ProtocolError
+from services.driver.loops.offpolicy import issue_rollouts
 
 if TYPE_CHECKING:
     from services.driver.views import LoopView
@@ -88,18 +89,7 @@ class AsyncOnPolicyLoop:
 
     # -- issuing -----------------------------------------------------------------------------
     def _issue_rollouts(self) -> None:
-        """Fills the free collector slots while collection is open."""
-        c, cfg = self.controller, self.config.collector
-        assert c.collectors is not None  # set up before the loop runs
-        explore = None
-        while (index := c.inflight.next_free()) is not None:
-            if not self._collection_open():
-                c.inflight.release(index)
-                return
-            if explore is None:
-                explore = c.exploration()
-            ticket = c.collectors.rollout(index, cfg.rollout_frames, explore, c.weights)
-            c.inflight.add(ticket, index)
+        issue_rollouts(self.controller, self._collection_open)
 
     def plan(self) -> EpochPlan:
         """One round: each rank's share of a global batch, its passes and the lag limit."""

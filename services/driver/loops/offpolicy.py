@@ -19,7 +19,28 @@ import time
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from services.driver.views import LoopView
+
+
+def issue_rollouts(controller: LoopView, collection_open: Callable[[], bool]) -> None:
+    """Fills the free collector slots while ``collection_open()``; not a scan of the fleet.
+
+    Only the slots freed since the last call are visited. Shared by the loops that keep their
+    collectors busy (off-policy, asynchronous on-policy).
+    """
+    c, cfg = controller, controller.config.collector
+    assert c.collectors is not None  # set up before the loop runs
+    explore = None
+    while (index := c.inflight.next_free()) is not None:
+        if not collection_open():
+            c.inflight.release(index)
+            return
+        if explore is None:
+            explore = c.exploration()
+        ticket = c.collectors.rollout(index, cfg.rollout_frames, explore, c.weights)
+        c.inflight.add(ticket, index)
 
 
 class OffPolicyLoop:
@@ -55,18 +76,7 @@ class OffPolicyLoop:
         return self.steps_target() - c.counters.optim_steps <= ctrl.max_lag_steps
 
     def _issue_rollouts(self) -> None:
-        """Fills the free slots (what finished since the last call), not a scan of the fleet."""
-        c, cfg = self.controller, self.config.collector
-        assert c.collectors is not None  # set up before the loop runs
-        explore = None
-        while (index := c.inflight.next_free()) is not None:
-            if not self._collection_open():
-                c.inflight.release(index)
-                return
-            if explore is None:
-                explore = c.exploration()
-            ticket = c.collectors.rollout(index, cfg.rollout_frames, explore, c.weights)
-            c.inflight.add(ticket, index)
+        issue_rollouts(self.controller, self._collection_open)
 
     def _maybe_start_round(self) -> None:
         c = self.controller
