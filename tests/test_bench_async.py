@@ -30,6 +30,7 @@ def test_the_bench_reports_both_loops_and_their_ratio():
         assert figures["frames"] >= 20000 and figures["frames_per_s"] > 0, arm
         assert 0 <= figures["collector_wait_fraction"] <= 1, arm
         assert 0 <= figures["dropped_fraction"] < 1, arm
+        assert 0 < figures["learner_busy_fraction"] <= 1, arm
         assert len(figures["frames_per_s_all"]) == 1, arm
     assert cartpole[lockstep]["policy_lag_p99"] == cartpole[lockstep]["dropped_fraction"] == 0
     assert cartpole[asynchronous]["policy_lag_p99"] >= cartpole[asynchronous]["policy_lag_p50"]

@@ -14,9 +14,11 @@ from __future__ import annotations
 import pytest
 import torch
 
+from learner.algorithms import ALGORITHMS
 from services.config import ConfigError, load_config
 from services.config.spec import check_local_gpus, env_spaces, model_spec_for
 from services.driver.controller import Controller
+from services.driver.loops.asynchronous import full_queue_lag
 from tests.conftest import ROOT
 
 CONFIGS = ROOT / "deploy" / "configs"
@@ -80,6 +82,15 @@ def test_every_shipped_config_parses_validates_and_builds(name):
     assert config.run.name and config.controller.total_frames > 0
     assert sum(p.numel() for p in network.parameters()) > 0
     assert type(spec).__name__ in repr(spec)
+
+
+@pytest.mark.parametrize("name", SHIPPED)
+def test_shipped_asynchronous_configs_keep_a_full_queue_within_the_lag_limit(name):
+    config = load_config(CONFIGS / name)
+    if ALGORITHMS[config.algorithm].loop != "async":
+        return
+    # A full queue must not make the shipped config drop chunks (services.bench async).
+    assert config.learner.max_policy_lag >= full_queue_lag(config), name
 
 
 def test_every_shipped_config_is_started_by_a_test():

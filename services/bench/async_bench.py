@@ -14,7 +14,10 @@ repeat's value of:
   rollout receipt (``rollout`` hook), measured the same way for both arms;
 * ``policy_lag_p50``, ``policy_lag_p99``: of the trained chunks (the lockstep loop: 0 by
   construction);
-* ``dropped_fraction``: frames dropped as too stale over frames collected (lockstep: 0).
+* ``dropped_fraction``: frames dropped as too stale over frames collected (lockstep: 0);
+* ``learner_busy_fraction``: the learner rounds' seconds (sampling, training, publishing; rank
+  0's receipt) over the wall time: near 1 with collectors waiting, the learner is the
+  bottleneck, and the wait is the CPU's, not the loop's.
 
 Per task, ``<async>_over_<lockstep>_frames_per_s``. With ``--sample-factory PYTHON``, Sample
 Factory 2.1's APPO runs CartPole with the asynchronous arm's settings (workers, envs, rollout,
@@ -100,8 +103,10 @@ def arm_configs(task: str, arms: tuple[str, str], frames: int, storage: Path) ->
     return [lockstep, other]
 
 
-def figures(summary: dict, busy_s: float, collectors: int, *, lockstep: bool) -> dict:
-    """One run's figures from its summary and its rollouts' stepping seconds.
+def figures(
+    summary: dict, busy_s: float, collectors: int, *, lockstep: bool, learner_s: float = 0.0
+) -> dict:
+    """One run's figures from its summary, its rollouts' stepping and its rounds' seconds.
 
     The loop counts trained and dropped steps in transitions; with a frame skip (Pong: 4) a
     transition is several env frames, so they are scaled by the run's frames per transition.
@@ -127,23 +132,29 @@ def figures(summary: dict, busy_s: float, collectors: int, *, lockstep: bool) ->
         "policy_lag_p99": 0.0 if lockstep else summary["policy_lag_p99"],
         "dropped_fraction": 0.0 if lockstep else round(summary["frames_dropped"] / transitions, 4),
         "loop_collector_wait_fraction": summary.get("collector_wait_fraction"),
+        "learner_busy_fraction": round(min(1.0, learner_s / wall), 4),
     }
 
 
 def run_once(config: RunConfig, *, lockstep: bool) -> dict:
     """One run on the connected Ray; its figures."""
     controller = Controller(config)
-    busy = [0.0]
+    busy = [0.0, 0.0]  # collectors' stepping seconds, the learner's round seconds
 
     def on_rollout(_, receipt) -> None:
         busy[0] += receipt.rollout_s
 
+    def on_round(_, receipt) -> None:
+        busy[1] += receipt.sample_s + receipt.train_s + receipt.publish_s
+
     controller.register("rollout", on_rollout)
+    controller.register("round", on_round)
     try:
         summary = controller.run()
     finally:
         controller.shutdown()
-    return figures(summary, busy[0], config.collector.num_collectors, lockstep=lockstep)
+    collectors = config.collector.num_collectors
+    return figures(summary, busy[0], collectors, lockstep=lockstep, learner_s=busy[1])
 
 
 def averaged(runs: list[dict]) -> dict:
@@ -294,6 +305,7 @@ COLUMNS = (
     ("policy_lag_p50", "lag p50", 7, ".1f"),
     ("policy_lag_p99", "p99", 5, ".1f"),
     ("dropped_fraction", "dropped", 7, ".3f"),
+    ("learner_busy_fraction", "learner", 7, ".3f"),
 )
 
 

@@ -43,6 +43,23 @@ logger = logging.getLogger(__name__)
 ROUND_SUMS = ("items_dropped", "frames_trained", "frames_dropped", "lag_sum")
 
 
+def full_queue_lag(config) -> int:
+    """The policy lag a chunk reaches when the learner is the bottleneck and the queue is full.
+
+    Such a chunk waits for the ``queue_batches`` rounds ahead of it, and the weights it was acted
+    with were already about one round old: ``(queue_batches + 1) x`` the optimizer steps of a
+    round. A ``learner.max_policy_lag`` below it drops chunks whenever the learner falls behind
+    (the loop logs a warning at start; every shipped config stays above it).
+
+    Examples:
+        >>> from services.config import load_config
+        >>> full_queue_lag(load_config("deploy/configs/cartpole_appo.yaml"))
+        10
+    """
+    options = config.learner.vtrace
+    return (options.queue_batches + 1) * options.num_epochs * options.num_minibatches
+
+
 class AsyncOnPolicyLoop:
     """Continuous collection into a bounded learner queue; learner rounds as batches arrive.
 
@@ -62,6 +79,16 @@ class AsyncOnPolicyLoop:
         self.busy_s = 0.0  # collectors' seconds of stepping since this loop started
         self.started_at: float | None = None
         self._hooked = False
+        lag = full_queue_lag(self.config)
+        if self.config.learner.max_policy_lag < lag:
+            logger.warning(
+                "learner.max_policy_lag %d < %d, the lag of a chunk behind a full queue "
+                "(learner.vtrace.queue_batches + 1 rounds of %d optimizer steps): when the learner "
+                "falls behind, chunks are dropped as stale",
+                self.config.learner.max_policy_lag,
+                lag,
+                lag // (self.config.learner.vtrace.queue_batches + 1),
+            )
 
     # -- the queue ---------------------------------------------------------------------------
     @property
