@@ -80,6 +80,8 @@ class VTraceOptions:
         is_clip: APPO: upper clip of IMPACT's importance weight ``mu / pi_old``.
         queue_batches: Global batches the learner queue holds (written chunks not yet taken,
             plus those in flight); collection waits while it is full.
+        normalize_advantage: Standardize the policy-gradient advantages over each minibatch's
+            valid steps (as PPO's ``learner.onpolicy.normalize_advantage``).
     """
 
     num_epochs: int = 1
@@ -93,6 +95,7 @@ class VTraceOptions:
     clip_epsilon: float = 0.2
     is_clip: float = 2.0
     queue_batches: int = 4
+    normalize_advantage: bool = False
 
     def __post_init__(self) -> None:
         check_field(self.num_epochs >= 1, "num_epochs", "must be >= 1", self.num_epochs)

@@ -146,3 +146,25 @@ def test_gaussian_chunks_train(loss_cls):
     (out["loss_objective"] + out["loss_critic"] + out["loss_entropy"]).backward()
     assert network.log_std.grad is not None and torch.isfinite(network.log_std.grad).all()
     assert abs(float(out["rho_mean"]) - 1.0) < 1e-4  # the acting network is the learner's
+
+
+def test_normalized_advantages_standardize_only_the_valid_steps():
+    from learner.losses.chunks import normalized
+
+    values = torch.tensor([[1.0, 3.0, 100.0], [5.0, 7.0, -50.0]])
+    mask = torch.tensor([[1.0, 1.0, 0.0], [1.0, 1.0, 0.0]])
+    out = normalized(values, mask)
+    valid = out[mask > 0]
+    assert abs(float(valid.mean())) < 1e-6 and abs(float(valid.std(unbiased=False)) - 1) < 1e-5
+    assert out[0, 2] == 100.0 and out[1, 2] == -50.0  # masked steps untouched
+
+
+@pytest.mark.parametrize("loss_cls", [IMPALALoss, APPOLoss])
+def test_normalize_advantage_changes_only_the_policy_term(loss_cls):
+    batch = chunk_batch()
+    torch.manual_seed(1)
+    network = SPEC.build()
+    plain = loss_cls(network)(batch)
+    scaled = loss_cls(network, normalize_advantage=True)(batch)
+    assert not torch.allclose(plain["loss_objective"], scaled["loss_objective"])
+    torch.testing.assert_close(plain["loss_critic"], scaled["loss_critic"])

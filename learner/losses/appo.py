@@ -28,7 +28,13 @@ import torch
 from tensordict import TensorDict
 from torch import nn
 
-from learner.losses.chunks import chunk_vtrace, diagnostics, evaluate_chunks, masked_mean
+from learner.losses.chunks import (
+    chunk_vtrace,
+    diagnostics,
+    evaluate_chunks,
+    masked_mean,
+    normalized,
+)
 
 
 class APPOLoss(nn.Module):
@@ -47,6 +53,8 @@ class APPOLoss(nn.Module):
         rho_bar_pg: Truncation of the advantage's importance weight (None: ``rho_bar``).
         vtrace_lambda: V-trace's lambda.
         is_clip: Upper clip of IMPACT's importance weight ``mu / pi_old``.
+        normalize_advantage: Standardize the V-trace advantages over each minibatch's valid
+            steps (``chunks.normalized``).
     """
 
     def __init__(
@@ -62,6 +70,7 @@ class APPOLoss(nn.Module):
         rho_bar_pg: float | None = None,
         vtrace_lambda: float = 1.0,
         is_clip: float = 2.0,
+        normalize_advantage: bool = False,
     ) -> None:
         super().__init__()
         self.actor_critic = actor_critic
@@ -73,6 +82,7 @@ class APPOLoss(nn.Module):
         self.rho_bar, self.c_bar, self.rho_bar_pg = rho_bar, c_bar, rho_bar_pg
         self.vtrace_lambda = vtrace_lambda
         self.is_clip = is_clip
+        self.normalize_advantage = normalize_advantage
 
     def vtrace_options(self) -> dict:
         """The keyword arguments of ``chunk_vtrace``."""
@@ -94,8 +104,10 @@ class APPOLoss(nn.Module):
         weight = (behaviour - old_log_prob).exp().clamp(0.0, self.is_clip)
         ratio = weight * (log_prob - behaviour).exp()
         advantage, eps = targets.pg_advantage, self.clip_epsilon
-        surrogate = torch.min(advantage * ratio, advantage * ratio.clamp(1 - eps, 1 + eps))
         mask = batch["valid"].to(value.dtype)
+        if self.normalize_advantage:
+            advantage = normalized(advantage, mask)
+        surrogate = torch.min(advantage * ratio, advantage * ratio.clamp(1 - eps, 1 + eps))
         entropy = masked_mean(entropy, mask)
         with torch.no_grad():
             log_ratio = log_prob - old_log_prob
@@ -139,4 +151,5 @@ def appo_loss(policy_network: nn.Module, config) -> APPOLoss:
         rho_bar_pg=options.rho_bar_pg,
         vtrace_lambda=options.vtrace_lambda,
         is_clip=options.is_clip,
+        normalize_advantage=options.normalize_advantage,
     )

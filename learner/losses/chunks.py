@@ -71,6 +71,18 @@ def masked_mean(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return (values * mask).sum() / mask.sum().clamp(min=1.0)
 
 
+def normalized(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """``values`` standardized over the steps where ``mask`` is set (masked steps: unchanged).
+
+    The policy-gradient advantages' scale then no longer depends on the rewards' (PPO's
+    ``normalize_advantage``): with Pong's sparse rewards the raw V-trace advantages are small
+    beside the entropy bonus, which then keeps the policy uniform.
+    """
+    mean = masked_mean(values, mask)
+    std = masked_mean((values - mean) ** 2, mask).sqrt()
+    return torch.where(mask > 0, (values - mean) / (std + 1e-8), values)
+
+
 def diagnostics(
     targets: VTrace, value: torch.Tensor, entropy: torch.Tensor, mask: torch.Tensor, rho_bar
 ) -> dict[str, torch.Tensor]:

@@ -23,7 +23,13 @@ from __future__ import annotations
 from tensordict import TensorDict
 from torch import nn
 
-from learner.losses.chunks import chunk_vtrace, diagnostics, evaluate_chunks, masked_mean
+from learner.losses.chunks import (
+    chunk_vtrace,
+    diagnostics,
+    evaluate_chunks,
+    masked_mean,
+    normalized,
+)
 
 
 class IMPALALoss(nn.Module):
@@ -40,6 +46,7 @@ class IMPALALoss(nn.Module):
         c_bar: V-trace's truncation of the trace coefficients (c bar).
         rho_bar_pg: Truncation of the policy-gradient importance weight (None: ``rho_bar``).
         vtrace_lambda: V-trace's lambda (1: the paper's estimator).
+        normalize_advantage: Standardize the advantages over each batch's valid steps.
     """
 
     def __init__(
@@ -53,6 +60,7 @@ class IMPALALoss(nn.Module):
         c_bar: float = 1.0,
         rho_bar_pg: float | None = None,
         vtrace_lambda: float = 1.0,
+        normalize_advantage: bool = False,
     ) -> None:
         super().__init__()
         self.actor_critic = actor_critic
@@ -61,6 +69,7 @@ class IMPALALoss(nn.Module):
         self.ent_coef = ent_coef
         self.rho_bar, self.c_bar, self.rho_bar_pg = rho_bar, c_bar, rho_bar_pg
         self.vtrace_lambda = vtrace_lambda
+        self.normalize_advantage = normalize_advantage
 
     def vtrace_options(self) -> dict:
         """The keyword arguments of ``chunk_vtrace``."""
@@ -78,9 +87,12 @@ class IMPALALoss(nn.Module):
         targets = chunk_vtrace(batch, log_prob, value, next_value, **self.vtrace_options())
         mask = batch["valid"].to(value.dtype)
         entropy = masked_mean(entropy, mask)
+        advantage = targets.pg_advantage
+        if self.normalize_advantage:
+            advantage = normalized(advantage, mask)
         return TensorDict(
             {
-                "loss_objective": -masked_mean(targets.pg_advantage * log_prob, mask),
+                "loss_objective": -masked_mean(advantage * log_prob, mask),
                 "loss_critic": self.vf_coef * 0.5 * masked_mean((value - targets.vs) ** 2, mask),
                 "loss_entropy": -self.ent_coef * entropy,
                 **diagnostics(targets, value, entropy, mask, self.rho_bar),
@@ -101,4 +113,5 @@ def impala_loss(policy_network: nn.Module, config) -> IMPALALoss:
         c_bar=options.c_bar,
         rho_bar_pg=options.rho_bar_pg,
         vtrace_lambda=options.vtrace_lambda,
+        normalize_advantage=options.normalize_advantage,
     )
