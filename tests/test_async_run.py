@@ -195,3 +195,39 @@ def test_a_killed_collector_and_a_resume_lose_no_counted_frame(ray_cluster, tmp_
     assert again["rounds_started"] == again["optim_steps"]  # one step per round, both runs
     assert sum(again["lag_counts"]) == again["items_taken"]
     assert_frames_exact(again)
+
+
+def test_a_learner_rank_killed_mid_round_loses_no_counted_frame(ray_cluster, tmp_path, caplog):
+    config = load_config(
+        CONFIGS / "cartpole_impala.yaml",
+        [
+            "metrics.enabled=false",
+            "controller.total_frames=16000",
+            "checkpoint.interval_frames=4000",
+            f"checkpoint.dir={tmp_path}",
+        ],
+    )
+    controller = Controller(config)
+    killed: list[int] = []
+
+    def kill_rank_during_a_round(ctrl, receipt):
+        if killed or ctrl.last_checkpoint is None or ctrl.pending_round is None:
+            return
+        killed.append(ray.get(ctrl.learners.ranks[0].pid.remote()))
+        os.kill(killed[0], signal.SIGKILL)  # its round is lost with the generation
+
+    controller.register("rollout", kill_rank_during_a_round)
+    try:
+        summary = controller.run()
+    finally:
+        controller.shutdown()
+    assert killed and summary["generation"] == 1
+    assert "restoring the learners" in caplog.text
+    assert summary["rounds_started"] == summary["rounds_reported"] + 1
+    assert summary["items_lost"] == config.learner.global_batch_size
+    # Every counted frame is trained, dropped, queued or in the lost round's chunks (checked
+    # by the loop at the end: a breach raises ProtocolError).
+    steps = config.collector.rollout_frames // config.collector.envs_per_collector
+    room = (summary["items_lost"] + summary["queued_chunks"]) * steps
+    left = summary["frames"] - summary["frames_trained"] - summary["frames_dropped"]
+    assert 0 <= left <= room

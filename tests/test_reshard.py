@@ -125,6 +125,22 @@ def test_fifo_pending_items_are_handed_out_once_then_every_item_next_pass(
 
 
 @pytest.mark.parametrize(("num_old", "num_new"), MOVES)
+def test_a_resharded_queue_hands_out_only_the_chunks_never_taken(num_old, num_new):
+    old = []
+    for i in range(num_old):
+        table = ReplayTable(CAPACITY, shard_id=i, sampler="fifo", fifo_queue=True, seed=i)
+        table.write(rows(100 * i, 12, 0), "w", 0)
+        table.sample(5)  # the 5 oldest went to a learner round
+        old.append(table)
+    queued = {100 * i + k for i in range(num_old) for k in range(5, 12)}
+    new = reshard(old, num_new)
+    assert sum(t.write_count for t in new) == 12 * num_old  # the writes are still counted
+    handed = [uid for table in new for uid in table.sample(CAPACITY)["obs"][:, 0].tolist()]
+    assert sorted(handed) == sorted(queued)  # each queued chunk once, no taken one again
+    assert all(table.info()["remaining"] == 0 for table in new)
+
+
+@pytest.mark.parametrize(("num_old", "num_new"), MOVES)
 def test_writers_receipts_follow_them_to_their_default_shard(num_old, num_new):
     old = old_tables("uniform", num_old)
     new = reshard(old, num_new)

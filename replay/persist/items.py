@@ -122,14 +122,18 @@ def _refuse_frames(table: ReplayTable) -> None:
 def take_items(table: ReplayTable) -> ItemSet:
     """Copies every stored item of ``table``, oldest first (the table is left as it is).
 
+    A FIFO queue's items already handed out (``replay.fifo_queue``) are done with: only those
+    still queued are copied, so a re-sharded queue hands each chunk out once.
+
     Raises:
         ValueError: If the table is frame-deduplicated.
     """
     _refuse_frames(table)
-    slots = np.flatnonzero(table.insertion_ids >= 0)
+    sampler = table.sampler
+    floor = sampler.taken_id if isinstance(sampler, FifoSampler) and sampler.queue else -1
+    slots = np.flatnonzero(table.insertion_ids > floor)
     slots = slots[np.argsort(table.insertion_ids[slots], kind="stable")]
     ids = table.insertion_ids[slots]
-    sampler = table.sampler
     items = ItemSet(
         sampler=sampler.kind,
         columns=table.storage.gather(slots) if table.storage.columns else {},

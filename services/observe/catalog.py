@@ -160,7 +160,8 @@ METRICS: tuple[tuple[str, str, tuple[str, ...], str], ...] = (
         "counter",
         ("reason",),
         "Asynchronous loop: trajectory chunks (one env's part of a rollout) taken and not "
-        "trained on (reason stale: acted more than learner.max_policy_lag versions behind).",
+        "trained on (reason stale: acted more than learner.max_policy_lag versions behind; "
+        "lost: taken by a round lost with its learner generation).",
     ),
     (
         "learner_queue_chunks",

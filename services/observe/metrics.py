@@ -234,6 +234,8 @@ class MetricsExporter:
                 m("exploration", param=param).set(float(value))
         self._sizes(snapshot.get("sizes", {}))
         self._advance("collectors_dropped_total", snapshot.get("collectors_dropped", 0))
+        if "items_lost" in snapshot:  # the asynchronous loop's: chunks of lost rounds
+            self._advance("rollouts_dropped_total", snapshot["items_lost"], reason="lost")
         for key, name in (
             ("queued_chunks", "learner_queue_chunks"),
             ("collector_wait_fraction", "collector_wait_fraction"),

@@ -196,21 +196,29 @@ class AsyncOnPolicyLoop:
         self.check_frames()
 
     # -- accounting --------------------------------------------------------------------------
+    def items_lost(self) -> int:
+        """Chunks taken by rounds lost with their learner generation (a rank died mid-round).
+
+        Their frames stay counted (from the rollouts' receipts) and were never trained; a rank
+        that died before taking its share leaves those chunks in the tables instead, where the
+        next rounds take them. Both are bounded by the lost rounds' batches, which
+        :meth:`check_frames` allows for.
+        """
+        return (self.rounds_started - self.rounds_reported) * self.batch
+
     def frames_queued(self) -> int:
         """Collected frames neither trained nor dropped (the untaken chunks' valid steps)."""
         counted = self.controller.counters.transitions
         return int(counted - self.totals["frames_trained"] - self.totals["frames_dropped"])
 
     def check_frames(self) -> None:
-        """``collected = trained + dropped + queued``, with the queued frames in the queue.
+        """``collected = trained + dropped + queued (+ lost)``, the rest in the untaken chunks.
 
         Raises:
             ProtocolError: If the rounds trained or dropped frames that were never counted, or
-                the frames left exceed what the untaken chunks can hold.
+                the frames left exceed what the untaken chunks (and those of lost rounds,
+                :meth:`items_lost`) can hold.
         """
-        if self.rounds_reported != self.rounds_started:
-            logger.warning("a learner round was lost with its generation: frames not checked")
-            return
         replay = self.controller.replay
         written = sum(s["write_count"] for s in replay.stats()) if replay is not None else None
         counted = self.controller.counters.rollouts * self.config.collector.envs_per_collector
@@ -219,20 +227,22 @@ class AsyncOnPolicyLoop:
             # receipt counted (their frames are not counted, as in every loop).
             logger.warning("%d chunks written, %d counted: frames not checked", written, counted)
             return
-        left, queued = self.frames_queued(), self.queued()
+        left, queued, lost = self.frames_queued(), self.queued(), self.items_lost()
         steps = self.config.collector.rollout_frames // self.config.collector.envs_per_collector
-        if left < 0 or left > queued * max(1, steps) or (queued == 0 and left != 0):
+        room = queued + lost
+        if left < 0 or left > room * max(1, steps) or (room == 0 and left != 0):
             raise ProtocolError(
                 f"frames: {self.controller.counters.transitions} counted, "
                 f"{self.totals['frames_trained']:g} trained and "
-                f"{self.totals['frames_dropped']:g} dropped leave {left} for {queued} queued chunks"
+                f"{self.totals['frames_dropped']:g} dropped leave {left} for {queued} queued "
+                f"chunks and {lost} of lost rounds"
             )
 
     def state_dict(self) -> dict:
         """The queue's accounting (chunks taken, frames trained and dropped, the lags).
 
-        ``queued_chunks``, ``collector_wait_fraction`` and the lag percentiles are reported, not
-        restored.
+        ``queued_chunks``, ``items_lost``, ``collector_wait_fraction`` and the lag percentiles
+        are reported, not restored.
         """
         return {
             "items_taken": self.items_taken,
@@ -244,6 +254,7 @@ class AsyncOnPolicyLoop:
             "policy_lag_p50": self.lag_percentile(0.5),
             "policy_lag_p99": self.lag_percentile(0.99),
             "queued_chunks": self.queued(),
+            "items_lost": self.items_lost(),
             "collector_wait_fraction": round(self.collector_wait_fraction(), 4),
         }
 
