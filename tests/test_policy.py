@@ -33,6 +33,7 @@ CASES = {
     "dqn": (None, []),
     "dqn-dueling": (None, ["learner.dueling=true"]),
     "ppo": (CONFIGS / "cartpole_ppo.yaml", []),
+    "appo": (CONFIGS / "cartpole_appo.yaml", []),  # the asynchronous loop's: an old policy too
     "ppo-gaussian": (None, ["algorithm=ppo", "collector.env_id=Pendulum-v1"]),
     "sac": (CONFIGS / "pendulum_sac.yaml", []),
     "qmix": (SPREAD, ["learner.marl.prev_action=true"]),
@@ -229,7 +230,7 @@ def export_case(policy, fmt, out_dir, name, batch=6) -> dict:
 def test_exported_files_run_without_relayrl_and_match_act(checkpoints, tmp_path):
     # every family through torch.export, users' networks too
     formats = {"dqn": ("onnx",), "ppo-gaussian": ("pt2",), "qmix": ("pt2",), "pong": ("pt2",)}
-    formats |= {"sac-user": ("pt2",), "ppo-user": ("onnx",)}
+    formats |= {"sac-user": ("pt2",), "ppo-user": ("onnx",), "appo": ("onnx",)}
     cases = [
         export_case(load_policy(checkpoints[name][0]), fmt, tmp_path, name)
         for name, fmts in formats.items()
