@@ -224,7 +224,9 @@ def consistent_cut(path: str) -> int:
 def test_control_is_answered_while_the_insert_capacity_is_taken(served):
     run = served
     release = threading.Event()
-    streams = insert_streams(16)  # grpc.max_workers: 16
+    # One address's share (grpc.calls_per_peer: half of grpc.max_workers, 16), within the
+    # Insert streams' (insert_streams(16)).
+    streams = min(16 // 2, insert_streams(16))
     with RelayClient(run.address, token=ACTOR_TOKEN) as holder:
 
         def idle():

@@ -164,6 +164,7 @@ def intake_server(
     host="127.0.0.1",
     node_ip="127.0.0.1",
     published_version=0,
+    calls_per_peer=None,
 ):
     table = ReplayTable(10_000, seed=0)
     lock = threading.Lock()
@@ -185,6 +186,7 @@ def intake_server(
         "frames_per_s": None,
         "clip_actions": False,
         "idle_s": idle_s,
+        "calls_per_peer": calls_per_peer,
         "published_version": published_version,
     }
     gate, server, address = start_intake_server(write, 0, options, node_ip=node_ip)
@@ -296,7 +298,8 @@ def test_hostile_messages_are_refused_in_bounded_time_and_nothing_is_stored(shar
 
 
 def test_insert_streams_are_capped_and_idle_ones_cancelled():
-    table, _, server, address = intake_server(max_workers=4, idle_s=0.5)  # 2 Insert streams
+    # 2 Insert streams (one peer may hold up to 8 calls here)
+    table, _, server, address = intake_server(max_workers=4, idle_s=0.5, calls_per_peer=8)
     release = threading.Event()
     try:
         with RelayClient(address, token=ACTOR) as client:
