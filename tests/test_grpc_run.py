@@ -246,7 +246,8 @@ def test_control_is_answered_while_the_insert_capacity_is_taken(served):
                     except grpc.RpcError as err:
                         exhausted = err
                         break
-                assert exhausted is not None
+                ended = [f.exception() for f in held if f.done()]
+                assert exhausted is not None, ended
                 assert exhausted.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
                 started = time.perf_counter()
                 assert run.client.status().state == "running"  # Control still answered

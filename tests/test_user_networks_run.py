@@ -117,7 +117,7 @@ def test_a_user_network_trains_resumes_loads_and_exports(ray_cluster, tmp_path, 
     assert evaluation["version"] == summary["published_version"]
     assert evaluation["episode_return_mean"] > above_random, (evaluation, summary)
 
-    policy = load_policy(tmp_path / "b")  # its final checkpoint, without Ray
+    policy = load_policy(tmp_path / "b", allow_modules=["tests"])  # without Ray
     assert policy.version == evaluation["version"]
     replay = evaluate_policy(policy)  # the run's seed, episodes and envs
     assert replay["episodes"] == evaluation["episodes"] == 4
