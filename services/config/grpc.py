@@ -179,6 +179,10 @@ class GrpcConfig:
             is cancelled (its thread freed).
         calls_per_peer: Experience calls (Insert streams included) one peer address may have
             in flight (RESOURCE_EXHAUSTED beyond); None: half of ``max_workers``.
+        external_returns_steer: External actors' episode returns join the running mean that
+            drives ``controller.stop_return``, milestones, early stopping and keep-best; by
+            default they are reported apart (``external_return_mean``) and steer nothing
+            (an actor credential could otherwise stop the run with made-up returns).
     """
 
     port: int | None = None
@@ -199,6 +203,7 @@ class GrpcConfig:
     stream_idle_s: float | None = 60.0
     receive_timeout_s: float = 10.0
     calls_per_peer: int | None = None
+    external_returns_steer: bool = False
 
     def __post_init__(self) -> None:
         checks = [
