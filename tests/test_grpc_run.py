@@ -120,8 +120,10 @@ def served(runs) -> Served:
     return runs.get()
 
 
-def test_external_actor_feeds_a_run_without_collectors(served):
+def test_external_actor_feeds_a_run_without_collectors(served, tmp_path):
     run = served
+    token_file = tmp_path / "actor-token"  # the secret stays off the actor's command line
+    token_file.write_text(ACTOR_TOKEN + "\n")
     port = run.metrics_port()
     before = run.client.status()
     scraped_before = {
@@ -131,7 +133,7 @@ def test_external_actor_feeds_a_run_without_collectors(served):
     }
     result = subprocess.run(
         [PYTHON, "-m", "services.external_actor", "--address", run.address,
-         "--token", ACTOR_TOKEN, "--frames", "2000", "--batch-frames", "256"],
+         "--token-file", str(token_file), "--frames", "2000", "--batch-frames", "256"],
         cwd=ROOT, env=cli_env(), capture_output=True, text=True, timeout=180,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]

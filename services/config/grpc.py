@@ -187,8 +187,8 @@ class GrpcConfig:
 
     port: int | None = None
     host: str = "127.0.0.1"
-    token: str | None = None
-    actor_token: str | None = None
+    token: str | None = dataclasses.field(default=None, repr=False)  # never printed
+    actor_token: str | None = dataclasses.field(default=None, repr=False)
     tls: TlsConfig = dataclasses.field(default_factory=TlsConfig)
     allow_plaintext: bool = False
     max_message_mb: float = 64.0
