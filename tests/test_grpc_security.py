@@ -443,8 +443,17 @@ def test_the_external_actor_refuses_a_factory_its_server_names(tmp_path, monkeyp
     assert not mark.exists()  # the server-named factory was never called
 
 
-def test_control_status_reports_the_config_without_secrets():
-    config_dict = load_config(overrides=["grpc.port=0", f"grpc.token={OPERATOR}"]).to_dict()
+def test_control_status_reports_the_config_without_secrets(tmp_path):
+    secret = tmp_path / "secret-actor-token"
+    secret.write_text("actor-token-in-a-file\n")
+    config_dict = load_config(
+        overrides=[
+            "grpc.port=0",
+            f"grpc.token={OPERATOR}",
+            f"grpc.actor_token=file:{secret}",
+            "checkpoint.signing_key=env:SIGNING_KEY_VARIABLE",
+        ]
+    ).to_dict()
     server = GrpcServer(
         GrpcConfig(port=0, token=OPERATOR), Inbox(), spec=SPEC, run_config=config_dict
     )
@@ -454,6 +463,9 @@ def test_control_status_reports_the_config_without_secrets():
                 control_pb.GetStatusRequest(), metadata=client.metadata
             )
         assert OPERATOR not in status.config_json and "<redacted>" in status.config_json
+        # Nor where the other secrets live.
+        assert "secret-actor-token" not in status.config_json
+        assert "SIGNING_KEY_VARIABLE" not in status.config_json
     finally:
         server.stop()
 

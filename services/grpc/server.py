@@ -37,7 +37,7 @@ from replay.wire.heap import keep_freed_memory
 from replay.wire.leases import WriterLeases
 from replay.wire.service import Admission, experience_handler
 from replay.wire.transport import StreamSlots, bind, insert_streams, make_server
-from services.config.grpc import GrpcConfig, redact_secrets
+from services.config.grpc import REDACTED, GrpcConfig, redact_secrets
 from services.driver.inbox import Inbox
 from services.driver.views import InboxView
 from services.grpc import control_pb2 as control_pb
@@ -61,8 +61,26 @@ class ServedRun(InboxView, Protocol):
 
 
 def redacted_config(config: dict) -> dict:
-    """The run config with literal secrets hidden (``GetStatus`` returns it)."""
-    return {**config, "grpc": redact_secrets(config.get("grpc", {}))}
+    """The run config as ``GetStatus`` returns it: secrets, and where they live, hidden.
+
+    Literal secrets never leave the server; neither do their references (``env:NAME``,
+    ``file:PATH``), the TLS files' paths or the checkpoint signing key's: an actor credential
+    may read the status, and none of them is an actor's business.
+
+    Examples:
+        >>> redacted_config({"grpc": {"token": "file:/etc/t", "tls": {"key_file": "k.pem"}}})
+        {'grpc': {'token': '<redacted>', 'tls': {'key_file': '<redacted>'}}}
+    """
+    out = {**config, "grpc": redact_secrets(config.get("grpc", {}))}
+    grpc = out["grpc"]
+    for field in ("token", "actor_token"):
+        if grpc.get(field):
+            grpc[field] = REDACTED
+    if isinstance(grpc.get("tls"), dict):
+        grpc["tls"] = {k: REDACTED if v else v for k, v in grpc["tls"].items()}
+    if isinstance(out.get("checkpoint"), dict) and out["checkpoint"].get("signing_key"):
+        out["checkpoint"] = {**out["checkpoint"], "signing_key": REDACTED}
+    return out
 
 
 class GrpcServer:
