@@ -40,6 +40,7 @@ class BoundedMetricsServer(ThreadingHTTPServer):
     """
 
     daemon_threads = True
+    request_queue_size = 64  # connections waiting to be accepted (then served or closed)
 
     def __init__(
         self,
