@@ -41,7 +41,7 @@ from concurrent.futures import ThreadPoolExecutor
 import grpc
 
 from replay.wire import experience_pb2 as pb
-from replay.wire.auth import Caller, ScopedAuth, caller_identity
+from replay.wire.auth import Caller, caller_identity
 from replay.wire.batches import (
     ROUTE_GROUP,
     WRITER_PREFIX,
@@ -51,6 +51,7 @@ from replay.wire.batches import (
     shown,
 )
 from replay.wire.leases import SEQ_WINDOW, WriterLeases
+from replay.wire.planes import RECEIVE_S
 from replay.wire.service import (
     Admission,
     IntakeClosed,
@@ -247,7 +248,8 @@ def start_intake_server(
         options: ``spec``, ``num_shards``, ``host``, ``operator``/``actor`` (credentials),
             ``tls`` (:class:`replay.wire.transport.ServerTls` or None), ``max_bytes``,
             ``max_workers``, ``lease_s``, ``frames_per_s``, ``clip_actions``, ``idle_s``,
-            ``published_version`` (``services.config.grpc.GrpcConfig.shard_intake_options``).
+            ``receive_s``, ``calls_per_peer``, ``published_version``
+            (``services.config.grpc.GrpcConfig.shard_intake_options``).
 
     Keyword Args:
         node_ip: This node's address (bound when ``host`` is not this node's, advertised for
@@ -275,13 +277,18 @@ def start_intake_server(
     )
     servicer = ShardInsertServicer(write, gate, admission, shard_id=shard_id, num_shards=num_shards)
     operator, actor = options.get("operator"), options.get("actor")
-    server = make_server(
+    server, planes = make_server(
         max_workers=options["max_workers"],
         max_bytes=options["max_bytes"],
-        interceptors=[ScopedAuth(operator, actor)] if operator else [],
+        operator=operator,
+        actor=actor,
+        receive_s=options.get("receive_s", RECEIVE_S),
+        calls_per_peer=options.get("calls_per_peer"),
         thread_name="intake",
     )
-    slots = StreamSlots(insert_streams(options["max_workers"]), options.get("idle_s"))
+    slots = StreamSlots(
+        insert_streams(options["max_workers"]), options.get("idle_s"), watchdog=planes.watchdog
+    )
     server.add_generic_rpc_handlers((experience_handler(servicer, ("Insert",), slots=slots),))
     port, advertise = _bind(server, options["host"], options.get("tls"), node_ip)
     server.start()

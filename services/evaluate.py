@@ -73,6 +73,9 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
         metavar="KEY=VALUE",
         help="override the run's config, e.g. evaluation.num_envs=4 (repeatable)",
     )
+    from services.checkpoints.trust import add_trust_arguments
+
+    add_trust_arguments(parser)
     return parser
 
 
@@ -80,13 +83,16 @@ def main(argv: list[str] | None = None, prog: str = PROG) -> int:
     """Runs the command; returns the exit code."""
     args = build_parser(prog).parse_args(argv)
     from replay.persist.npyio import CheckpointError
+    from services.checkpoints.trust import trust_options
     from services.config import ConfigError, parse_override
     from services.evaluation.playback import evaluate_policy
     from services.policy import load_policy
 
     try:
         overrides = {".".join(keys): value for keys, value in map(parse_override, args.set)}
-        policy = load_policy(args.path, device=args.device, overrides=overrides)
+        policy = load_policy(
+            args.path, device=args.device, overrides=overrides, **trust_options(args)
+        )
         result = evaluate_policy(
             policy,
             episodes=args.episodes,

@@ -48,6 +48,9 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
         help="observations in the check against the policy (default 4)",
     )
     parser.add_argument("--device", default="cpu", help="where the network is traced (default cpu)")
+    from services.checkpoints.trust import add_trust_arguments
+
+    add_trust_arguments(parser)
     return parser
 
 
@@ -55,12 +58,13 @@ def main(argv: list[str] | None = None, prog: str = PROG) -> int:
     """Runs the command; returns the exit code."""
     args = build_parser(prog).parse_args(argv)
     from replay.persist.npyio import CheckpointError
+    from services.checkpoints.trust import trust_options
     from services.config import ConfigError
     from services.policy import load_policy
     from services.policy.export import ExportError, export_policy
 
     try:
-        policy = load_policy(args.path, device=args.device)
+        policy = load_policy(args.path, device=args.device, **trust_options(args))
         result = export_policy(policy, args.format, args.out, batch=args.batch)
     except (ConfigError, CheckpointError, ValueError) as err:
         print(f"relayrl: {err}", file=sys.stderr)

@@ -36,6 +36,7 @@ from collector.envs.vector import env_seeds, make_vector_env
 from collector.networks.q_mlp import ModelSpec
 from collector.rollout import RolloutWorker
 from services.grpc.client import RelayClient
+from services.grpc.tokens import add_token_arguments, token_from_args
 
 logger = logging.getLogger("relayrl.external_actor")
 
@@ -44,9 +45,7 @@ def build_parser() -> argparse.ArgumentParser:
     """The example's arguments."""
     parser = argparse.ArgumentParser(prog="python -m services.external_actor")
     parser.add_argument("--address", required=True, help="host:port of the run's gRPC server")
-    parser.add_argument(
-        "--token", default=None, help="the run's grpc.actor_token (or its operator grpc.token)"
-    )
+    add_token_arguments(parser, "the run's grpc.actor_token (or its operator grpc.token)")
     parser.add_argument("--ca-file", default=None, help="PEM CA of the server's certificate (TLS)")
     parser.add_argument("--cert-file", default=None, help="PEM client certificate (mutual TLS)")
     parser.add_argument("--key-file", default=None, help="PEM key of --cert-file (mutual TLS)")
@@ -155,7 +154,7 @@ def run(args: argparse.Namespace) -> dict:
     torch.set_num_threads(1)
     client = RelayClient(
         args.address,
-        token=args.token,
+        token=token_from_args(args),
         writer_id=args.writer_id,
         ca_file=args.ca_file,
         cert_file=args.cert_file,
@@ -236,6 +235,9 @@ def main(argv: list[str] | None = None) -> int:
         summary = run(build_parser().parse_args(argv))
     except UntrustedEnv as err:
         print(f"external_actor: refused: {err}", file=sys.stderr)
+        return 2
+    except ValueError as err:  # a credential that cannot be read
+        print(f"external_actor: {err}", file=sys.stderr)
         return 2
     print(json.dumps(summary), flush=True)
     return 0

@@ -21,6 +21,7 @@ import sys
 import grpc
 
 from services.grpc.client import RelayClient
+from services.grpc.tokens import add_token_arguments, token_from_args
 
 
 def build_parser(prog: str = "python -m services.scale") -> argparse.ArgumentParser:
@@ -36,7 +37,7 @@ def build_parser(prog: str = "python -m services.scale") -> argparse.ArgumentPar
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--address", required=True, help="host:port of the run's gRPC server")
-    parser.add_argument("--token", default=None, help="the run's operator grpc.token")
+    add_token_arguments(parser, "the run's operator grpc.token")
     parser.add_argument("--ca-file", default=None, help="PEM CA of the server's certificate (TLS)")
     parser.add_argument("--cert-file", default=None, help="PEM client certificate (mutual TLS)")
     parser.add_argument("--key-file", default=None, help="PEM key of --cert-file (mutual TLS)")
@@ -58,9 +59,14 @@ def main(argv: list[str] | None = None, prog: str = "python -m services.scale") 
     if not (args.collectors or args.shards or args.world_size):
         print("nothing to do: give --collectors, --shards or --world-size", file=sys.stderr)
         return 2
+    try:
+        token = token_from_args(args)
+    except ValueError as err:
+        print(f"relayrl: {err}", file=sys.stderr)
+        return 2
     client = RelayClient(
         args.address,
-        token=args.token,
+        token=token,
         timeout=args.timeout,
         ca_file=args.ca_file,
         cert_file=args.cert_file,

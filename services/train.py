@@ -30,6 +30,7 @@ from learner.algorithms import featured_config
 from replay.persist.npyio import CheckpointError
 from services.checkpoints.resume import resolve_resume
 from services.checkpoints.store import CheckpointWriteError
+from services.checkpoints.trust import add_trust_arguments, trust_options
 from services.config import ConfigError, RunConfig, load_config
 from services.config.spec import check_local_gpus, env_spaces, model_spec_for
 from services.driver.faults import DeterminismError
@@ -72,6 +73,7 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
         metavar="KEY=VALUE",
         help="dotted override, e.g. --set learner.world_size=2 (repeatable)",
     )
+    add_trust_arguments(parser)  # what --resume trusts
     return parser
 
 
@@ -108,7 +110,10 @@ def main(argv: list[str] | None = None, prog: str = PROG) -> int:
         check_run_paths(config)  # never inside a submitted job's working directory
         spaces = env_spaces(config)
         check_local_gpus(config)
-        resume = resolve_resume(args.resume, config)[0] if args.resume else None
+        resume = None
+        if args.resume:
+            trust = trust_options(args)  # the checkpoint may name code: only what is allowed
+            resume = resolve_resume(args.resume, config, **trust)[0]
         # A user's network is built and probed before Ray starts (it imports torch here).
         model_spec = model_spec_for(config, spaces) if config.learner.network else None
     except ConfigError as err:

@@ -26,7 +26,9 @@ def replay_size(client: RelayClient) -> int:
 
 def insert(client: RelayClient) -> dict:
     before = client.status()
-    first = client.batch(transitions(300, 1), episode_returns=[12.0], episode_lengths=[12])
+    ended = transitions(300, 1)
+    ended["terminated"][-1] = True  # the reported episode ends in the batch
+    first = client.batch(ended, episode_returns=[12.0], episode_lengths=[12])
     # 2,000 CartPole items (116 KB) go through shared memory, 300 by Ray (see replay.shm).
     second = client.batch(transitions(2000, 2))
     reply = client.insert([first, second])

@@ -266,8 +266,20 @@ def test_manifests_parse_and_name_what_exists():
     assert yaml.safe_load(spec["runtimeEnvYAML"])["env_vars"]
     groups = {g["groupName"] for g in spec["rayClusterSpec"]["workerGroupSpecs"]}
     assert groups == {"collectors", "learners"}
+    # Ray token auth on every pod and the submitter (Ray 2.60 starts without it otherwise).
+    cluster_spec = spec["rayClusterSpec"]
+    pods = [cluster_spec["headGroupSpec"], *cluster_spec["workerGroupSpecs"]]
+    pods.append({"template": spec["submitterPodTemplate"]})
+    for pod in pods:
+        env = {e["name"]: e for e in pod["template"]["spec"]["containers"][0]["env"]}
+        assert env["RAY_AUTH_MODE"]["value"] == "token"
+        assert env["RAY_AUTH_TOKEN"]["valueFrom"]["secretKeyRef"]["name"] == "relayrl-ray-token"
     cluster = yaml.safe_load((deploy / "cluster.yaml").read_text())
     assert cluster["head_node_type"] in cluster["available_node_types"]
+    starts = [*cluster["head_start_ray_commands"], *cluster["worker_start_ray_commands"]]
+    assert all("RAY_AUTH_MODE=token" in c for c in starts if "ray start" in c)
+    assert "--dashboard-host=127.0.0.1" in " ".join(cluster["head_start_ray_commands"])
+    assert "~/.ray/auth_token" in cluster["file_mounts"]
     monitors = list(yaml.safe_load_all((deploy / "kuberay" / "podmonitors.yaml").read_text()))
     assert {m["kind"] for m in monitors} == {"PodMonitor"}
     docs = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]

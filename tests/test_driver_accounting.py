@@ -95,7 +95,9 @@ def test_stop_return_gives_a_reason_once_the_window_mean_reaches_it():
     acc = accounting(episode_window=2, stop_return=100.0)
     acc.count(rollout(10, returns=[90.0]))
     assert acc.count(rollout(10, returns=[99.0])) is None  # mean 94.5
-    reason = acc.count(external(10, returns=[120.0]), external=True)  # mean 109.5
+    # An external actor's returns steer nothing (grpc.external_returns_steer: false).
+    assert acc.count(external(10, returns=[1e6]), external=True) is None
+    reason = acc.count(rollout(10, returns=[120.0]))  # mean 109.5
     assert reason == "running mean return 109.5 reached stop_return"
     assert acc.count(rollout(10)) == reason  # still reached: the controller stops once
     assert accounting(episode_window=1).count(rollout(1, returns=[1e9])) is None  # no goal

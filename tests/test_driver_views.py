@@ -95,7 +95,7 @@ def test_driver_state_keeps_its_layout_and_restores():
 
 
 def test_stop_return_stops_the_run_once_with_its_reason():
-    ctrl = controller("controller.stop_return=15")
+    ctrl = controller("controller.stop_return=15", "grpc.external_returns_steer=true")
     ctrl.count_external(ExternalReceipt("a", 0, 10, (10.0,), (10,), None))
     assert not ctrl.stop_requested
     ctrl.count_external(ExternalReceipt("a", 1, 10, (20.0,), (10,), None))

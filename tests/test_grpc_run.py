@@ -120,8 +120,10 @@ def served(runs) -> Served:
     return runs.get()
 
 
-def test_external_actor_feeds_a_run_without_collectors(served):
+def test_external_actor_feeds_a_run_without_collectors(served, tmp_path):
     run = served
+    token_file = tmp_path / "actor-token"  # the secret stays off the actor's command line
+    token_file.write_text(ACTOR_TOKEN + "\n")
     port = run.metrics_port()
     before = run.client.status()
     scraped_before = {
@@ -131,7 +133,7 @@ def test_external_actor_feeds_a_run_without_collectors(served):
     }
     result = subprocess.run(
         [PYTHON, "-m", "services.external_actor", "--address", run.address,
-         "--token", ACTOR_TOKEN, "--frames", "2000", "--batch-frames", "256"],
+         "--token-file", str(token_file), "--frames", "2000", "--batch-frames", "256"],
         cwd=ROOT, env=cli_env(), capture_output=True, text=True, timeout=180,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
@@ -224,7 +226,9 @@ def consistent_cut(path: str) -> int:
 def test_control_is_answered_while_the_insert_capacity_is_taken(served):
     run = served
     release = threading.Event()
-    streams = insert_streams(16)  # grpc.max_workers: 16
+    # One address's share (grpc.calls_per_peer: half of grpc.max_workers, 16), within the
+    # Insert streams' (insert_streams(16)).
+    streams = min(16 // 2, insert_streams(16))
     with RelayClient(run.address, token=ACTOR_TOKEN) as holder:
 
         def idle():
@@ -244,7 +248,8 @@ def test_control_is_answered_while_the_insert_capacity_is_taken(served):
                     except grpc.RpcError as err:
                         exhausted = err
                         break
-                assert exhausted is not None
+                ended = [f.exception() for f in held if f.done()]
+                assert exhausted is not None, ended
                 assert exhausted.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
                 started = time.perf_counter()
                 assert run.client.status().state == "running"  # Control still answered

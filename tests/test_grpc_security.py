@@ -164,6 +164,7 @@ def intake_server(
     host="127.0.0.1",
     node_ip="127.0.0.1",
     published_version=0,
+    calls_per_peer=None,
 ):
     table = ReplayTable(10_000, seed=0)
     lock = threading.Lock()
@@ -185,6 +186,7 @@ def intake_server(
         "frames_per_s": None,
         "clip_actions": False,
         "idle_s": idle_s,
+        "calls_per_peer": calls_per_peer,
         "published_version": published_version,
     }
     gate, server, address = start_intake_server(write, 0, options, node_ip=node_ip)
@@ -296,7 +298,8 @@ def test_hostile_messages_are_refused_in_bounded_time_and_nothing_is_stored(shar
 
 
 def test_insert_streams_are_capped_and_idle_ones_cancelled():
-    table, _, server, address = intake_server(max_workers=4, idle_s=0.5)  # 2 Insert streams
+    # 2 Insert streams (one peer may hold up to 8 calls here)
+    table, _, server, address = intake_server(max_workers=4, idle_s=0.5, calls_per_peer=8)
     release = threading.Event()
     try:
         with RelayClient(address, token=ACTOR) as client:
@@ -440,8 +443,17 @@ def test_the_external_actor_refuses_a_factory_its_server_names(tmp_path, monkeyp
     assert not mark.exists()  # the server-named factory was never called
 
 
-def test_control_status_reports_the_config_without_secrets():
-    config_dict = load_config(overrides=["grpc.port=0", f"grpc.token={OPERATOR}"]).to_dict()
+def test_control_status_reports_the_config_without_secrets(tmp_path):
+    secret = tmp_path / "secret-actor-token"
+    secret.write_text("actor-token-in-a-file\n")
+    config_dict = load_config(
+        overrides=[
+            "grpc.port=0",
+            f"grpc.token={OPERATOR}",
+            f"grpc.actor_token=file:{secret}",
+            "checkpoint.signing_key=env:SIGNING_KEY_VARIABLE",
+        ]
+    ).to_dict()
     server = GrpcServer(
         GrpcConfig(port=0, token=OPERATOR), Inbox(), spec=SPEC, run_config=config_dict
     )
@@ -451,6 +463,9 @@ def test_control_status_reports_the_config_without_secrets():
                 control_pb.GetStatusRequest(), metadata=client.metadata
             )
         assert OPERATOR not in status.config_json and "<redacted>" in status.config_json
+        # Nor where the other secrets live.
+        assert "secret-actor-token" not in status.config_json
+        assert "SIGNING_KEY_VARIABLE" not in status.config_json
     finally:
         server.stop()
 

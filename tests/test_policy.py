@@ -26,6 +26,7 @@ from tests.conftest import ROOT
 
 CONFIGS = ROOT / "deploy" / "configs"
 EXAMPLES = "tests.network_examples"
+ALLOW = ["tests"]  # the users' networks of these cases (services.checkpoints.trust)
 SPREAD = CONFIGS / "spread_qmix.yaml"
 
 # id -> (config file or None, overrides)
@@ -81,7 +82,9 @@ def checkpoints(tmp_path_factory):
 @pytest.mark.parametrize("name", list(CASES))
 def test_load_policy_gives_the_trained_network_and_its_greedy_actions(checkpoints, name):
     root, core = checkpoints[name]
-    policy = load_policy(root.parent)  # a run directory: its checkpoints/ rotation
+    policy = load_policy(
+        root.parent, allow_modules=ALLOW
+    )  # a run directory: its checkpoints/ rotation
     assert isinstance(policy, Policy) and policy.version == 123
     assert policy.checkpoint.parent == root.resolve()
     trained = core.policy_network.state_dict()
@@ -111,7 +114,7 @@ def test_load_policy_gives_the_trained_network_and_its_greedy_actions(checkpoint
 
 
 def test_a_pixel_policy_stacks_single_frames(checkpoints):
-    policy = load_policy(checkpoints["pong"][0])
+    policy = load_policy(checkpoints["pong"][0], allow_modules=ALLOW)
     assert policy.observation_shape == (4, 84, 84) and policy.dtype == torch.uint8
     frames = np.random.default_rng(0).integers(0, 256, size=(5, 84, 84), dtype=np.uint8)
     first = policy.act(frames[0])  # the stack repeats the first frame of the episode
@@ -124,7 +127,7 @@ def test_a_pixel_policy_stacks_single_frames(checkpoints):
 
 
 def test_a_multi_agent_policy_keeps_the_previous_actions_between_steps(checkpoints):
-    policy = load_policy(checkpoints["qmix"][0])
+    policy = load_policy(checkpoints["qmix"][0], allow_modules=ALLOW)
     features = policy.agents
     assert features.prev_action and features.width == features.obs_dim + features.num_actions
     obs = np.random.default_rng(1).normal(size=(3, features.obs_dim)).astype(np.float32)
@@ -232,7 +235,7 @@ def test_exported_files_run_without_relayrl_and_match_act(checkpoints, tmp_path)
     formats = {"dqn": ("onnx",), "ppo-gaussian": ("pt2",), "qmix": ("pt2",), "pong": ("pt2",)}
     formats |= {"sac-user": ("pt2",), "ppo-user": ("onnx",), "appo": ("onnx",)}
     cases = [
-        export_case(load_policy(checkpoints[name][0]), fmt, tmp_path, name)
+        export_case(load_policy(checkpoints[name][0], allow_modules=ALLOW), fmt, tmp_path, name)
         for name, fmts in formats.items()
         for fmt in fmts
     ]

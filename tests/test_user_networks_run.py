@@ -117,7 +117,7 @@ def test_a_user_network_trains_resumes_loads_and_exports(ray_cluster, tmp_path, 
     assert evaluation["version"] == summary["published_version"]
     assert evaluation["episode_return_mean"] > above_random, (evaluation, summary)
 
-    policy = load_policy(tmp_path / "b")  # its final checkpoint, without Ray
+    policy = load_policy(tmp_path / "b", allow_modules=["tests"])  # without Ray
     assert policy.version == evaluation["version"]
     replay = evaluate_policy(policy)  # the run's seed, episodes and envs
     assert replay["episodes"] == evaluation["episodes"] == 4
@@ -129,6 +129,7 @@ def test_a_user_network_trains_resumes_loads_and_exports(ray_cluster, tmp_path, 
     if name == "dqn":  # the command, once (tests/test_policy.py runs such files without relayrl)
         out = tmp_path / "command.onnx"
         args = [str(tmp_path / "b"), "--format", "onnx", "--out", str(out)]
+        args += ["--allow-module", "tests"]  # the checkpoint names this test's network
         assert export_command.main(args, prog="relayrl export") == 0
         written = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
         assert written["out"] == str(out) and written["output"]["name"] == "q_values"

@@ -35,13 +35,14 @@ def field(number: int, wire_type: int, payload: bytes) -> bytes:
 
 
 def request(n: int = 16, seed: int = 0, **kwargs) -> pb.InsertRequest:
+    batch = transitions(n, seed)
+    ends = len(kwargs.get("episode_returns", ()))
+    if ends:  # each reported episode ends in the batch
+        batch["terminated"][-ends:] = True
     return pb.InsertRequest(
         writer_id=kwargs.pop("writer_id", "wire-test"),
         seq=kwargs.pop("seq", 3),
-        tensors=[
-            pb.Tensor(key=k, dtype=d, shape=s, data=b)
-            for k, d, s, b in encode_arrays(transitions(n, seed))
-        ],
+        tensors=[pb.Tensor(key=k, dtype=d, shape=s, data=b) for k, d, s, b in encode_arrays(batch)],
         **kwargs,
     )
 

@@ -8,6 +8,7 @@ Modules:
     * ``service``: what both servers answer alike (handlers, admission, refusal statuses,
       receipts); ``auth``: scoped credentials and the caller's identity; ``leases``: writer
       ids owned by their caller, ``seq`` windows, rate limits; ``transport``: TLS, server
-      limits, keepalive, capped and watched Insert streams.
+      limits, keepalive, capped and watched Insert streams; ``planes``: threads and limits of
+      their own for the operator, health checks and experience, receive deadlines.
     * ``heap``: freed megabyte buffers kept for reuse.
 """

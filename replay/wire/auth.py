@@ -29,6 +29,8 @@ import grpc
 LEASE_METADATA = "x-relayrl-lease"
 # Calls that need no credential.
 OPEN_PREFIXES = ("/grpc.health.v1.Health/",)
+# Marks the handlers :func:`refusal` makes.
+REFUSAL = "relayrl_refusal"
 # Calls the actor credential may make (every call is the operator's).
 ACTOR_METHODS = frozenset(
     {
@@ -65,33 +67,53 @@ class ScopedAuth(grpc.ServerInterceptor):
         if self.actor is not None and hmac.compare_digest(given, self.actor):
             if method in ACTOR_METHODS:
                 return handler
-            return _refusal(
+            return refusal(
                 handler,
                 grpc.StatusCode.PERMISSION_DENIED,
                 f"{method} needs the operator credential (grpc.token); the actor credential "
                 "(grpc.actor_token) may call Insert, GetWeights, GetRoute and GetStatus",
             )
         reason = "missing" if not given else "wrong"
-        return _refusal(
+        return refusal(
             handler,
             grpc.StatusCode.UNAUTHENTICATED,
             f"{reason} credential: send 'authorization: Bearer <grpc.token or grpc.actor_token>'",
         )
 
 
-def _refusal(handler, code: grpc.StatusCode, message: str):
-    """A handler of the same kind as ``handler`` that aborts with ``code``."""
+def is_refusal(handler) -> bool:
+    """Whether ``handler`` is one :func:`refusal` made."""
+    behavior = handler.stream_unary or handler.stream_stream
+    return getattr(behavior, REFUSAL, False)
 
-    def deny(request, context):
+
+def refusal(handler, code: grpc.StatusCode, message: str, *, pool=None):
+    """A handler for ``handler``'s call that aborts with ``code`` before reading its request.
+
+    It takes the request as a stream, so the body is never awaited (a caller that withholds
+    it holds nothing), and answers every kind of call alike: a status and no message.
+
+    Args:
+        handler: The handler the call would have had.
+        code: The status.
+        message: Its details.
+
+    Keyword Args:
+        pool: The threads that answer it (None: the server's).
+    """
+
+    def deny(request_iterator, context):
         context.abort(code, message)
 
-    kind = {
-        (False, False): grpc.unary_unary_rpc_method_handler,
-        (False, True): grpc.unary_stream_rpc_method_handler,
-        (True, False): grpc.stream_unary_rpc_method_handler,
-        (True, True): grpc.stream_stream_rpc_method_handler,
-    }[(handler.request_streaming, handler.response_streaming)]
-    return kind(
+    setattr(deny, REFUSAL, True)
+    if pool is not None:
+        deny.experimental_thread_pool = pool  # type: ignore[attr-defined]
+    make = (
+        grpc.stream_stream_rpc_method_handler
+        if handler.response_streaming
+        else grpc.stream_unary_rpc_method_handler
+    )
+    return make(
         deny,
         request_deserializer=handler.request_deserializer,
         response_serializer=handler.response_serializer,

@@ -334,6 +334,35 @@ def check_episodes(returns: Sequence[float], lengths: Sequence[int]) -> None:
         raise BatchError(f"episode_lengths: must be >= 1, got {min(lengths)}")
 
 
+def episode_ends(arrays: dict[str, np.ndarray]) -> int:
+    """Transitions of a batch that end an episode (``terminated`` or ``truncated``).
+
+    Examples:
+        >>> episode_ends({"terminated": np.array([0, 1, 0], bool), "truncated": np.ones(3, bool)})
+        3
+    """
+    ends = None
+    for key in ("terminated", "truncated"):
+        flags = arrays.get(key)
+        if flags is not None and len(flags):
+            flags = np.asarray(flags).reshape(len(flags), -1).any(axis=1)
+            ends = flags if ends is None else ends | flags
+    return 0 if ends is None else int(ends.sum())
+
+
+def check_episodes_proven(returns: Sequence[float], arrays: dict[str, np.ndarray]) -> None:
+    """At most one finished episode per transition of the batch that ends one.
+
+    Raises:
+        BatchError: Naming ``episode_returns``.
+    """
+    if returns and len(returns) > (proven := episode_ends(arrays)):
+        raise BatchError(
+            f"episode_returns: {len(returns)} finished episodes, but only {proven} of the "
+            "batch's transitions end an episode (terminated or truncated)"
+        )
+
+
 def check_insert(
     request,
     spec: TransitionSpec,
@@ -356,8 +385,8 @@ def check_insert(
 
     Raises:
         BatchError: Naming the field or key: an unreadable message, a bad ``writer_id`` or
-            ``seq``, any of :func:`decode_batch`'s, :func:`check_meaning`'s and
-            :func:`check_episodes`' refusals.
+            ``seq``, any of :func:`decode_batch`'s, :func:`check_meaning`'s,
+            :func:`check_episodes`' and :func:`check_episodes_proven`'s refusals.
     """
     error = getattr(request, "error", None)
     if error is not None:
@@ -366,4 +395,5 @@ def check_insert(
     check_episodes(request.episode_returns, request.episode_lengths)
     arrays = decode_batch(request.tensors, spec, max_bytes=max_bytes)
     arrays = check_meaning(arrays, spec, max_version=max_version, clip_actions=clip_actions)
+    check_episodes_proven(request.episode_returns, arrays)
     return writer, arrays

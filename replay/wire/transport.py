@@ -8,9 +8,10 @@ The driver's server (``services.grpc.server``) and every replay shard serving di
   shard on another node needs no files of its own. Without TLS a server listens in plaintext,
   which the config allows only on loopback or with ``grpc.allow_plaintext``.
 - **Limits** (:func:`make_server`): message sizes twice the batch limit (so an oversized batch
-  still reaches the check that names it), at most :data:`RPCS_PER_WORKER` RPCs per worker
-  thread in flight (RESOURCE_EXHAUSTED beyond), keepalive pings that find dead peers, and a
-  maximum connection age and idle time, after which clients reconnect transparently.
+  still reaches the check that names it), keepalive pings that find dead peers, and a maximum
+  connection age and idle time, after which clients reconnect transparently; every call is
+  served on its plane (:mod:`replay.wire.planes`: the operator's, health checks', experience),
+  each with threads and limits of its own, and refusals never wait for a request's body.
 - **Fairness** (:class:`StreamSlots`): every open Insert stream holds a worker thread, so at
   most ``max_workers - reserved`` of them run at once (a further one is answered
   RESOURCE_EXHAUSTED at once) and the reserved threads stay free for ``Control`` calls, health
@@ -21,15 +22,14 @@ from __future__ import annotations
 
 import dataclasses
 import threading
-import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import grpc
 
-# RPCs in flight per worker thread (the rest of them wait for a thread) before gRPC answers
-# RESOURCE_EXHAUSTED.
-RPCS_PER_WORKER = 8
+from replay.wire.auth import ScopedAuth
+from replay.wire.planes import RECEIVE_S, Planes, Watchdog
+
 # Worker threads kept from Insert streams at most (for Control, health checks and weights).
 RESERVED_WORKERS = 4
 KEEPALIVE_MS = 30_000
@@ -90,15 +90,45 @@ def server_options(max_bytes: int) -> list[tuple[str, int]]:
 
 
 def make_server(
-    *, max_workers: int, max_bytes: int, interceptors=(), thread_name: str = "grpc"
-) -> grpc.Server:
-    """A ``grpc.server`` with both servers' limits (see the module docstring)."""
-    return grpc.server(
-        ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix=thread_name),
-        interceptors=list(interceptors),
-        options=server_options(max_bytes),
-        maximum_concurrent_rpcs=RPCS_PER_WORKER * max_workers,
+    *,
+    max_workers: int,
+    max_bytes: int,
+    operator: str | None = None,
+    actor: str | None = None,
+    receive_s: float = RECEIVE_S,
+    calls_per_peer: int | None = None,
+    thread_name: str = "grpc",
+) -> tuple[grpc.Server, Planes]:
+    """A ``grpc.server`` with both servers' limits, credentials and planes.
+
+    Keyword Args:
+        max_workers: Threads of the experience plane.
+        max_bytes: The batch limit (messages may be twice that).
+        operator: The operator secret (None: no credential is checked, loopback only).
+        actor: The actor secret, or None.
+        receive_s: Seconds a unary call's request may take to arrive.
+        calls_per_peer: Experience calls one peer address may have in flight.
+        thread_name: Prefix of the experience plane's thread names.
+
+    Returns:
+        The server (not started) and its :class:`replay.wire.planes.Planes` (close it once the
+        server has stopped).
+    """
+    planes = Planes(
+        operator=operator,
+        max_workers=max_workers,
+        receive_s=receive_s,
+        calls_per_peer=calls_per_peer,
     )
+    interceptors: list[grpc.ServerInterceptor] = [planes]
+    if operator:
+        interceptors.append(ScopedAuth(operator, actor))
+    server = grpc.server(
+        ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix=thread_name),
+        interceptors=interceptors,
+        options=server_options(max_bytes),
+    )
+    return server, planes
 
 
 def bind(server: grpc.Server, host: str, port: int, tls: ServerTls | None) -> int:
@@ -124,20 +154,23 @@ class StreamSlots:
         limit: Streams at once (:func:`insert_streams`).
         idle_s: Seconds a stream may wait for its client's next message (None: forever).
 
+    Keyword Args:
+        watchdog: The server's :class:`replay.wire.planes.Watchdog` (None: one of its own).
+
     Examples:
         >>> slots = StreamSlots(limit=1)
         >>> slots.open, slots.limit
         (0, 1)
     """
 
-    def __init__(self, limit: int, idle_s: float | None = None) -> None:
+    def __init__(
+        self, limit: int, idle_s: float | None = None, *, watchdog: Watchdog | None = None
+    ) -> None:
         self.limit = limit
         self.idle_s = idle_s
         self.open = 0
         self._lock = threading.Lock()
-        self._waiting: dict[int, tuple[float, grpc.ServicerContext]] = {}
-        self._watchdog: threading.Thread | None = None
-        self._closed = threading.Event()
+        self.watchdog = watchdog or Watchdog()
 
     def guard(self, behavior):
         """Wraps a stream-unary handler ``behavior(request_iterator, context)``."""
@@ -166,41 +199,16 @@ class StreamSlots:
         if self.idle_s is None:
             yield from request_iterator
             return
-        self._start_watchdog()
-        key = id(context)
-        try:
-            while True:
-                with self._lock:
-                    self._waiting[key] = (time.monotonic() + self.idle_s, context)
-                try:
-                    request = next(request_iterator)
-                except StopIteration:
-                    return
-                finally:
-                    with self._lock:
-                        self._waiting.pop(key, None)
-                yield request
-        finally:
-            with self._lock:
-                self._waiting.pop(key, None)
-
-    def _start_watchdog(self) -> None:
-        with self._lock:
-            if self._watchdog is None:
-                self._watchdog = threading.Thread(
-                    target=self._watch, name="grpc-idle-streams", daemon=True
-                )
-                self._watchdog.start()
+        while True:
+            self.watchdog.watch(context, self.idle_s)
+            try:
+                request = next(request_iterator)
+            except StopIteration:
+                return
+            finally:
+                self.watchdog.unwatch(context)
+            yield request
 
     def close(self) -> None:
         """Ends the watchdog (the server is stopping)."""
-        self._closed.set()
-
-    def _watch(self) -> None:
-        period = min(1.0, self.idle_s / 4)
-        while not self._closed.wait(period):
-            now = time.monotonic()
-            with self._lock:
-                idle = [context for deadline, context in self._waiting.values() if deadline < now]
-            for context in idle:
-                context.cancel()  # the stream's handler sees an RpcError and ends
+        self.watchdog.close()

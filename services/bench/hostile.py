@@ -15,7 +15,9 @@ actor credential send what a hostile or broken actor could, and another client p
    ``--checkpoint-calls`` Checkpoint calls with 10 ms deadlines (operator credential);
 4. the honest writer crosses ``init_random_frames``, after which the learners owe far more
    steps than ``max_lag_steps`` (``utd_ratio`` 1000): the intake gate is shut, and one stream
-   sends ``--flood-batches`` batches of 1 MiB into it until its deadline.
+   sends ``--flood-batches`` batches of 1 MiB into it until its deadline;
+5. half-open calls with no credential (:func:`half_open`): headers, never a body, held for
+   ``--half-open-s`` seconds (``status_p99_half_open_ms``, ``half_open_codes``).
 
 The last line of stdout is JSON: ``status_p99_ms`` (target < 200), ``largest_refusal_ms``
 (< 1000), ``driver_rss_growth_mb`` (< 8 x ``grpc.max_message_mb``), ``checkpoints_cut`` for the
@@ -41,6 +43,7 @@ import grpc
 import numpy as np
 
 from services.bench.certs import make_pki
+from services.bench.halfopen import half_open
 from services.grpc import control_pb2 as control_pb
 from services.grpc.client import RelayClient
 
@@ -309,6 +312,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--checkpoint-calls", type=int, default=100)
     parser.add_argument("--honest-batches", type=int, default=32)
     parser.add_argument("--max-message-mb", type=float, default=64.0)
+    parser.add_argument("--half-open", type=int, default=32, help="half-open calls per method")
+    parser.add_argument("--half-open-s", type=float, default=5.0)
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="relayrl-hostile-") as tmp:
         work = Path(tmp)
@@ -337,6 +342,9 @@ def main(argv: list[str] | None = None) -> int:
                 log("flood: 1 MiB batches into the shut gate")
                 flooded = flood(address, ca, actor, args)
                 flooded["flood_frames_stored"] = status_client.status().external_frames - counted
+                log("half-open: calls with no credential that never send their body")
+                poller.phase = "half_open"
+                opened = half_open(address, ca, args)
                 poller.done.set()
                 poller.join()
             with RelayClient(address, token=operator, ca_file=ca) as operator_client:
@@ -349,6 +357,7 @@ def main(argv: list[str] | None = None) -> int:
     result = {
         "status_p99_ms": poller.p99("hostile"),
         "status_p99_quiet_ms": poller.p99("quiet"),
+        "status_p99_half_open_ms": poller.p99("half_open"),
         "largest_refusal_ms": max(ms for _, ms in refused.values()),
         "driver_rss_growth_mb": round(growth_mb, 1),
         "checkpoints_cut": checkpoints_cut,
@@ -360,6 +369,7 @@ def main(argv: list[str] | None = None) -> int:
         "honest_frames": honest_acked,
         "honest_retries": crowded["honest"]["retries"],
         **flooded,
+        **opened,
         "max_message_mb": args.max_message_mb,
         "run_exit_code": exit_code,
     }

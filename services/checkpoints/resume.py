@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 from services.checkpoints.store import latest_valid, read_json
+from services.checkpoints.trust import check_code, named_modules, verified
 from services.config import ConfigError, RunConfig
 
 # Fields a resumed run must share with its checkpoint (they shape the saved state). The sizes
@@ -76,13 +78,51 @@ def find_checkpoint(path: str | Path) -> tuple[Path, dict]:
     return latest_valid(path)
 
 
-def resolve_resume(path: str | Path, config: RunConfig) -> tuple[Path, dict]:
-    """Finds the checkpoint to resume (:func:`find_checkpoint`) and checks it.
+def resolve_resume(
+    path: str | Path,
+    config: RunConfig,
+    *,
+    allow_modules: Sequence[str] = (),
+    key: bytes | None = None,
+) -> tuple[Path, dict]:
+    """Finds the checkpoint to resume (:func:`open_checkpoint`) and checks it.
+
+    The modules the run's own config names are allowed besides ``allow_modules`` (that config
+    is the caller's).
 
     Raises:
-        CheckpointError: If no valid checkpoint is found.
+        CheckpointError: If no valid checkpoint is found, or it is not trusted
+            (:class:`services.checkpoints.trust.UntrustedCheckpoint`).
         ConfigError: If the config conflicts with the checkpoint.
     """
-    checkpoint, manifest = find_checkpoint(path)
-    check_compatible(read_json(checkpoint / "config.json"), config)
+    own = named_modules(config.to_dict())
+    checkpoint, manifest, saved = open_checkpoint(
+        path, allow_modules=(*allow_modules, *own), key=key
+    )
+    check_compatible(saved, config)
     return checkpoint, manifest
+
+
+def open_checkpoint(
+    path: str | Path, *, allow_modules: Sequence[str] = (), key: bytes | None = None
+) -> tuple[Path, dict, dict]:
+    """The verified checkpoint ``path`` names, its manifest and its config dict, if trusted.
+
+    Args:
+        path: A checkpoint, a rotation directory or a run directory (:func:`find_checkpoint`).
+
+    Keyword Args:
+        allow_modules: Modules whose ``module:function`` paths the config may name
+            (``services.checkpoints.trust``).
+        key: The HMAC key checkpoints are signed with (None: signatures are not checked, and
+            only ``allow_modules`` lets code through).
+
+    Raises:
+        CheckpointError: If no valid checkpoint is found; ``UntrustedCheckpoint`` if its
+            signature does not match ``key`` or its config names code nobody allowed.
+    """
+    checkpoint, manifest = find_checkpoint(path)
+    signed = verified(checkpoint, key)
+    config = read_json(checkpoint / "config.json")
+    check_code(config, allow_modules=allow_modules, signed=signed, where=checkpoint / "config.json")
+    return checkpoint, manifest, config

@@ -58,8 +58,9 @@ class BestCheckpointStore(CheckpointStore):
         mode: str = "max",
         *,
         owner: str | None = None,
+        key: bytes | None = None,
     ) -> None:
-        super().__init__(root, keep, owner=owner)
+        super().__init__(root, keep, owner=owner, key=key)
         self.keep_best = keep_best
         self.metric = metric
         self.mode = mode
@@ -90,10 +91,13 @@ def make_store(root: str | Path, checkpoint_config, owner: str | None = None) ->
     The root is made absolute, so every checkpoint path the run logs or reports is; ``owner``
     is the run id (rotation touches only its own checkpoints).
     """
+    from services.checkpoints.trust import signing_key
+
     c = checkpoint_config
     root = Path(root).expanduser().absolute()
+    key = signing_key(c.signing_key)  # None: RELAYRL_CHECKPOINT_KEY, if set
     if c.keep_best > 0:
         return BestCheckpointStore(
-            root, c.keep, c.keep_best, c.best_metric, c.best_mode, owner=owner
+            root, c.keep, c.keep_best, c.best_metric, c.best_mode, owner=owner, key=key
         )
-    return CheckpointStore(root, c.keep, owner=owner)
+    return CheckpointStore(root, c.keep, owner=owner, key=key)

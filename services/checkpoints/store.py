@@ -34,6 +34,8 @@ logger = logging.getLogger(__name__)
 
 FORMAT_VERSION = 1
 MANIFEST = "manifest.json"
+# The manifest's HMAC, when the run signs its checkpoints (services.checkpoints.trust).
+SIGNATURE = "manifest.sig"
 PREFIX = "ckpt-"
 
 
@@ -63,9 +65,11 @@ def fsync_tree(root: Path) -> None:
 
 
 def list_files(root: Path) -> list[str]:
-    """Relative paths of every file under ``root`` except the manifest, sorted."""
+    """Relative paths of every file under ``root`` except the manifest and its signature."""
     return sorted(
-        str(p.relative_to(root)) for p in root.rglob("*") if p.is_file() and p.name != MANIFEST
+        str(p.relative_to(root))
+        for p in root.rglob("*")
+        if p.is_file() and p.name not in (MANIFEST, SIGNATURE)
     )
 
 
@@ -77,6 +81,8 @@ class CheckpointStore:
         keep: Newest complete checkpoints of its owners kept after each save.
         owner: The run writing here (default: an id of this store alone); rotation touches
             only checkpoints whose manifest names one of ``owners`` (this one at first).
+        key: Signs each checkpoint's manifest with this HMAC key (``manifest.sig``,
+            ``services.checkpoints.trust``); None: unsigned.
 
     Examples:
         >>> store = CheckpointStore(tmp_path, keep=2)  # doctest: +SKIP
@@ -85,8 +91,11 @@ class CheckpointStore:
         >>> path = store.commit(staging, config_digest="...", counters={})  # doctest: +SKIP
     """
 
-    def __init__(self, root: str | Path, keep: int = 3, *, owner: str | None = None) -> None:
+    def __init__(
+        self, root: str | Path, keep: int = 3, *, owner: str | None = None, key: bytes | None = None
+    ) -> None:
         self.root = Path(root)
+        self.key = key
         self.keep = keep
         self.owner = owner or f"store-{uuid.uuid4().hex[:12]}"
         self.owners = {self.owner}
@@ -149,6 +158,10 @@ class CheckpointStore:
             json.dump(manifest, f, indent=1, sort_keys=True)
             f.flush()
             os.fsync(f.fileno())
+        if self.key is not None:
+            from services.checkpoints.trust import sign
+
+            sign(staging, self.key)
         final = self.root / staging.name.removeprefix(self._staging_prefix())
         os.rename(staging, final)
         fsync_dir(self.root)

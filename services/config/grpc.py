@@ -175,12 +175,20 @@ class GrpcConfig:
             whose actions lie outside it.
         stream_idle_s: An Insert stream that sends nothing for this many seconds is cancelled
             (its thread freed); None: never.
+        receive_timeout_s: A unary call whose request has not arrived after this many seconds
+            is cancelled (its thread freed).
+        calls_per_peer: Experience calls (Insert streams included) one peer address may have
+            in flight (RESOURCE_EXHAUSTED beyond); None: half of ``max_workers``.
+        external_returns_steer: External actors' episode returns join the running mean that
+            drives ``controller.stop_return``, milestones, early stopping and keep-best; by
+            default they are reported apart (``external_return_mean``) and steer nothing
+            (an actor credential could otherwise stop the run with made-up returns).
     """
 
     port: int | None = None
     host: str = "127.0.0.1"
-    token: str | None = None
-    actor_token: str | None = None
+    token: str | None = dataclasses.field(default=None, repr=False)  # never printed
+    actor_token: str | None = dataclasses.field(default=None, repr=False)
     tls: TlsConfig = dataclasses.field(default_factory=TlsConfig)
     allow_plaintext: bool = False
     max_message_mb: float = 64.0
@@ -193,6 +201,9 @@ class GrpcConfig:
     writer_lease_s: float = 300.0
     clip_actions: bool = False
     stream_idle_s: float | None = 60.0
+    receive_timeout_s: float = 10.0
+    calls_per_peer: int | None = None
+    external_returns_steer: bool = False
 
     def __post_init__(self) -> None:
         checks = [
@@ -231,6 +242,18 @@ class GrpcConfig:
                 "stream_idle_s",
                 "must be > 0 or null (never)",
                 self.stream_idle_s,
+            ),
+            (
+                self.receive_timeout_s > 0,
+                "receive_timeout_s",
+                "must be > 0",
+                self.receive_timeout_s,
+            ),
+            (
+                self.calls_per_peer is None or self.calls_per_peer >= 1,
+                "calls_per_peer",
+                "must be >= 1 or null (half of max_workers)",
+                self.calls_per_peer,
             ),
         ]
         for ok, field, rule, value in checks:
@@ -318,6 +341,8 @@ class GrpcConfig:
             "frames_per_s": self.writer_frames_per_s,
             "clip_actions": self.clip_actions,
             "idle_s": self.stream_idle_s,
+            "receive_s": self.receive_timeout_s,
+            "calls_per_peer": self.calls_per_peer,
         }
 
     def shard_intake_options(self) -> dict:

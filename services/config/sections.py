@@ -159,6 +159,10 @@ class CheckpointConfig:
             ``services.checkpoints.retention``).
         best_metric: The metric ranking checkpoints, e.g. ``evaluation/episode_return_mean``.
         best_mode: ``max`` or ``min``: which direction is better.
+        signing_key: Sign every checkpoint with this HMAC key, ``env:NAME`` or ``file:PATH``
+            (never the key itself); None: the ``RELAYRL_CHECKPOINT_KEY`` environment variable
+            if set, else unsigned. Loading with the same key trusts what a signed checkpoint
+            names and refuses one whose signature is wrong (``services.checkpoints.trust``).
     """
 
     dir: str | None = None
@@ -169,8 +173,11 @@ class CheckpointConfig:
     keep_best: int = 0
     best_metric: str = "evaluation/episode_return_mean"
     best_mode: str = "max"
+    signing_key: str | None = None
 
     def __post_init__(self) -> None:
+        if self.signing_key is not None and not self.signing_key.startswith(("env:", "file:")):
+            raise ValueError("signing_key: give env:NAME or file:PATH, never the key itself")
         if self.interval_frames is not None and self.interval_frames < 0:
             raise ValueError(f"interval_frames: must be >= 0, got {self.interval_frames!r}")
         if self.interval_s < 0:

@@ -5,11 +5,15 @@ collector's ``RolloutReceipt`` and an external actor's ``ExternalReceipt`` (gRPC
 the same :meth:`Accounting.count`: ``collected_frames += frames * frame_skip``,
 ``transitions += frames``, finished episodes into the running window; a rollout also counts
 in ``rollouts`` (and the first one stamps ``first_rollout_at``), an external batch in
-``external_frames``. After each receipt the running mean return is checked against the return
-goals: the first crossing of each of ``controller.return_milestones`` is recorded (frames, and
-seconds since training and since this process started), and reaching ``controller.stop_return``
-yields a stop reason for the caller to act on. A learner round's ``StepReceipt`` is counted by
-:meth:`Accounting.count_round` (optimizer steps, skipped non-finite steps, the model version).
+``external_frames``. An external actor's episode returns are only as true as its word: they
+go to a window of their own (``external_episodes``, reported as ``external_return_mean``) and
+steer nothing, unless the operator opts in (``grpc.external_returns_steer``: then they join the
+running window like a collector's). After each receipt the running mean return is checked
+against the return goals: the first crossing of each of ``controller.return_milestones`` is
+recorded (frames, and seconds since training and since this process started), and reaching
+``controller.stop_return`` yields a stop reason for the caller to act on. A learner round's
+``StepReceipt`` is counted by :meth:`Accounting.count_round` (optimizer steps, skipped
+non-finite steps, the model version).
 
 Examples:
     >>> from types import SimpleNamespace
@@ -83,12 +87,16 @@ class Accounting:
         goals: The return milestones and ``stop_return``.
 
     Keyword Args:
+        external_steer: External actors' episode returns join the running window (and so
+            steer ``stop_return``, milestones, early stopping and keep-best); else they are
+            kept in ``external_episodes`` apart.
         clock: Monotonic seconds for ``started_at`` and milestones' ``wall_s``.
         wall_clock: Unix seconds for ``first_rollout_at`` and milestones' ``process_s``.
 
     Attributes:
         counters: The run's :class:`RunCounters` (replaced whole on restore).
         episodes: The running window of episode returns and lengths.
+        external_episodes: The window of external actors' episodes (when they do not steer).
         milestones: First crossing of each milestone return: ``frames``, ``wall_s``, ``process_s``.
         first_rollout_at: Unix time of the first counted rollout receipt (None before).
         started_at: ``clock()`` when training started (:meth:`start`).
@@ -99,10 +107,13 @@ class Accounting:
         frame_skip: int,
         goals: ReturnGoals,
         *,
+        external_steer: bool = False,
         clock: Callable[[], float] = time.perf_counter,
         wall_clock: Callable[[], float] = time.time,
     ) -> None:
         self.frame_skip = frame_skip
+        self.external_steer = external_steer
+        self.external_episodes = EpisodeWindow(goals.episode_window)
         self.goals = goals
         self.clock = clock
         self.wall_clock = wall_clock
@@ -141,7 +152,10 @@ class Accounting:
             c.rollouts += 1
             if self.first_rollout_at is None:
                 self.first_rollout_at = self.wall_clock()
-        if receipt.episode_returns:  # else the running mean did not move: nor did the goals
+        if receipt.episode_returns and external and not self.external_steer:
+            c.episodes += len(receipt.episode_returns)  # counted; they steer nothing
+            self.external_episodes.extend(receipt.episode_returns, receipt.episode_lengths)
+        elif receipt.episode_returns:  # else the running mean did not move: nor did the goals
             c.episodes += len(receipt.episode_returns)
             self.episodes.extend(receipt.episode_returns, receipt.episode_lengths)
             self._stop_reason = self._check_goals()

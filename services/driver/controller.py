@@ -107,7 +107,9 @@ class Controller:
         self.algorithm = algorithm_for(config)
         self.loop: Loop = make_loop(self, self.algorithm.loop)
         self.accounting = Accounting(
-            config.collector.frame_skip, ReturnGoals.from_config(config.controller)
+            config.collector.frame_skip,
+            ReturnGoals.from_config(config.controller),
+            external_steer=config.grpc.external_returns_steer,
         )
         self.hooks = Hooks(self)
         self.shards: list = []

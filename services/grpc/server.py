@@ -11,9 +11,10 @@ otherwise; beyond loopback the config must name an operator credential and TLS f
 ``grpc.allow_plaintext``), or it is refused before anything starts. With credentials every call
 but health checks must carry ``authorization: Bearer <secret>`` metadata
 (:class:`replay.wire.auth.ScopedAuth`: the operator's ``grpc.token`` for everything, the actor's
-``grpc.actor_token`` for experience and status); writer ids are leased to their callers
-(:mod:`replay.wire.leases`); Insert streams are capped below the worker threads so Control
-stays answered (:mod:`replay.wire.transport`).
+``grpc.actor_token`` for experience and status), and a call without one is refused before its
+body is read; operator calls, health checks and experience are served on threads of their own
+(:mod:`replay.wire.planes`), so no caller can starve the operator; writer ids are leased to
+their callers (:mod:`replay.wire.leases`).
 
 Examples:
     >>> server = GrpcServer(config.grpc, controller.inbox, spec=spec)  # doctest: +SKIP
@@ -31,13 +32,12 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from replay.wire import experience_pb2 as pb
-from replay.wire.auth import ScopedAuth
 from replay.wire.batches import TransitionSpec
 from replay.wire.heap import keep_freed_memory
 from replay.wire.leases import WriterLeases
 from replay.wire.service import Admission, experience_handler
 from replay.wire.transport import StreamSlots, bind, insert_streams, make_server
-from services.config.grpc import GrpcConfig, redact_secrets
+from services.config.grpc import REDACTED, GrpcConfig, redact_secrets
 from services.driver.inbox import Inbox
 from services.driver.views import InboxView
 from services.grpc import control_pb2 as control_pb
@@ -61,8 +61,26 @@ class ServedRun(InboxView, Protocol):
 
 
 def redacted_config(config: dict) -> dict:
-    """The run config with literal secrets hidden (``GetStatus`` returns it)."""
-    return {**config, "grpc": redact_secrets(config.get("grpc", {}))}
+    """The run config as ``GetStatus`` returns it: secrets, and where they live, hidden.
+
+    Literal secrets never leave the server; neither do their references (``env:NAME``,
+    ``file:PATH``), the TLS files' paths or the checkpoint signing key's: an actor credential
+    may read the status, and none of them is an actor's business.
+
+    Examples:
+        >>> redacted_config({"grpc": {"token": "file:/etc/t", "tls": {"key_file": "k.pem"}}})
+        {'grpc': {'token': '<redacted>', 'tls': {'key_file': '<redacted>'}}}
+    """
+    out = {**config, "grpc": redact_secrets(config.get("grpc", {}))}
+    grpc = out["grpc"]
+    for field in ("token", "actor_token"):
+        if grpc.get(field):
+            grpc[field] = REDACTED
+    if isinstance(grpc.get("tls"), dict):
+        grpc["tls"] = {k: REDACTED if v else v for k, v in grpc["tls"].items()}
+    if isinstance(out.get("checkpoint"), dict) and out["checkpoint"].get("signing_key"):
+        out["checkpoint"] = {**out["checkpoint"], "signing_key": REDACTED}
+    return out
 
 
 class GrpcServer:
@@ -92,10 +110,13 @@ class GrpcServer:
         options = config.server_options()  # reads the secrets and the TLS files now
         keep_freed_memory()  # every batch arrives in fresh megabytes (see replay.wire.heap)
         operator, actor = options["operator"], options["actor"]
-        self.server = make_server(
+        self.server, self.planes = make_server(
             max_workers=config.max_workers,
             max_bytes=config.max_message_bytes,
-            interceptors=[ScopedAuth(operator, actor)] if operator else [],
+            operator=operator,
+            actor=actor,
+            receive_s=config.receive_timeout_s,
+            calls_per_peer=config.calls_per_peer,
         )
         config_json = json.dumps(redacted_config(run_config or {}))
         control_grpc.add_ControlServicer_to_server(
@@ -117,7 +138,9 @@ class GrpcServer:
             inflight_writes=config.inflight_writes,
             shared_bytes=int(config.shared_memory_mb * (1 << 20)),
         )
-        self.slots = StreamSlots(insert_streams(config.max_workers), config.stream_idle_s)
+        self.slots = StreamSlots(
+            insert_streams(config.max_workers), config.stream_idle_s, watchdog=self.planes.watchdog
+        )
         self.server.add_generic_rpc_handlers(
             (experience_handler(self.experience, slots=self.slots),)
         )
@@ -178,7 +201,7 @@ class GrpcServer:
         """Health goes NOT_SERVING, then in-flight calls get ``grpc.grace_s`` to finish."""
         self.health.enter_graceful_shutdown()
         self.server.stop(self.config.grace_s).wait(self.config.grace_s + 1.0)
-        self.slots.close()
+        self.planes.close()
         self.experience.close()
         logger.info("gRPC server at %s stopped", self.address)
 

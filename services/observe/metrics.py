@@ -29,7 +29,7 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from services.observe.catalog import (  # noqa: F401  (re-exported: the exporter's names)
     LATENCY_BUCKETS,
@@ -41,6 +41,7 @@ from services.observe.catalog import (  # noqa: F401  (re-exported: the exporter
     metrics_table,
 )
 from services.observe.nodes import node_labels
+from services.observe.scrape import start_metrics_server
 
 # snapshot["sizes"][kind] key -> metric name
 SIZE_METRICS = {
@@ -101,7 +102,7 @@ class MetricsExporter:
                     full, help_text, (RUN_LABEL, *labels), buckets=buckets, registry=self.registry
                 )
             self.metrics[name] = metric
-        self.server, self.thread = start_http_server(port, addr=host, registry=self.registry)
+        self.server, self.thread = start_metrics_server(host, port, self.registry)
         self.host, self.port = host, self.server.server_port
         logger.info("Prometheus metrics of run %s at %s", run_id, self.url)
         self.sd_file = self._write_sd_file(Path(sd_dir)) if sd_dir else None

@@ -68,6 +68,7 @@ def summary(run: ReportView) -> dict:
         "generation": c.generation,
         "episodes": c.episodes,
         "episode_return_mean": None if math.isnan(mean) else round(mean, 3),
+        "external_return_mean": _rounded(accounting.external_episodes.return_mean),
         "wall_s": round(wall, 3),
         "frames_per_s": round(c.collected_frames / max(wall, 1e-9), 1),
         "updates_per_s": round(c.optim_steps / max(wall, 1e-9), 1),
@@ -88,3 +89,7 @@ def summary(run: ReportView) -> dict:
         **run_digest(run.learners, run.shards),
         **(run.evaluation.summary() if run.evaluation is not None else {}),
     }
+
+
+def _rounded(value: float) -> float | None:
+    return None if math.isnan(value) else round(value, 3)

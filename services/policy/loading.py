@@ -7,31 +7,39 @@ spaces (a ``learner.network`` factory must be importable here), builds the run's
 fresh network and loads rank 0's state into it with ``torch.load(weights_only=True)``: whatever
 prefix the loss keeps its policy network under, the network ends up with the trained weights.
 No pickle is read, and no Ray is started.
+
+Loading trusts no code a checkpoint names (``services.checkpoints.trust``): a config naming a
+``module:function`` (env factory, ``learner.network``, loss, stepper) is refused unless the
+caller allows the module (``allow_modules``) or the checkpoint is signed with the caller's key.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 import torch
 
 from replay.persist.npyio import CheckpointError
 from services.checkpoints.cut import load_learner_states
-from services.checkpoints.resume import find_checkpoint
+from services.checkpoints.resume import open_checkpoint
 from services.checkpoints.store import read_json
+from services.checkpoints.trust import signing_key
 from services.config import ConfigError, RunConfig, config_from_dict
 from services.config.spec import env_spaces, model_spec_for
 from services.policy.policy import Policy
 
 
-def read_config(checkpoint: Path) -> RunConfig:
-    """The run config a checkpoint was written with.
+def read_config(checkpoint: Path, saved: dict | None = None) -> RunConfig:
+    """The run config a checkpoint was written with (``saved``: its dict, already read).
 
     Raises:
         CheckpointError: If ``config.json`` is unreadable or no longer a valid config.
     """
     try:
-        return config_from_dict(read_json(checkpoint / "config.json"))
+        return config_from_dict(
+            saved if saved is not None else read_json(checkpoint / "config.json")
+        )
     except ConfigError as err:
         raise CheckpointError(f"{checkpoint / 'config.json'}: {err}") from None
 
@@ -63,6 +71,8 @@ def load_policy(
     device: str | torch.device = "cpu",
     seed: int | None = None,
     overrides: dict | None = None,
+    allow_modules: Sequence[str] = (),
+    key: bytes | None = None,
 ) -> Policy:
     """Loads the trained policy of a checkpoint, a rotation directory or a run directory.
 
@@ -75,12 +85,18 @@ def load_policy(
         seed: Seeds sampled actions (default: the run's seed).
         overrides: Dotted config keys replacing the run's, e.g. ``{"evaluation.num_envs": 4}``
             (what an evaluation runs on; fields that shape the network must stay).
+        allow_modules: Modules whose ``module:function`` factories the checkpoint's config may
+            name (``["mypkg"]``: ``mypkg`` and its submodules); any other is refused.
+        key: The HMAC key checkpoints are signed with (default: the ``RELAYRL_CHECKPOINT_KEY``
+            environment variable, if set); a checkpoint signed with it may name any code, one
+            whose signature does not match is refused.
 
     Returns:
         The :class:`~services.policy.policy.Policy`.
 
     Raises:
-        CheckpointError: If no valid checkpoint is found or its files do not fit.
+        CheckpointError: If no valid checkpoint is found or its files do not fit;
+            ``UntrustedCheckpoint`` if it names code nobody allowed or its signature is wrong.
         ConfigError: If the run's env or network cannot be built here (e.g. a missing extra).
 
     Examples:
@@ -88,8 +104,12 @@ def load_policy(
         >>> policy.act(observation)  # doctest: +SKIP
         1
     """
-    checkpoint, _ = find_checkpoint(Path(path).expanduser())
-    config = read_config(checkpoint)
+    checkpoint, _, saved = open_checkpoint(
+        Path(path).expanduser(),
+        allow_modules=allow_modules,
+        key=key if key is not None else signing_key(),
+    )
+    config = read_config(checkpoint, saved)
     if overrides:
         config = config_from_dict(config.to_dict(), overrides)
     spaces = env_spaces(config)

@@ -122,6 +122,7 @@ class Trainer:
         import ray
 
         from services.checkpoints.resume import resolve_resume
+        from services.checkpoints.trust import signing_key
         from services.config.spec import check_local_gpus, env_spaces, model_spec_for
         from services.run.embedded import init_ray
         from services.run.launch import prepare_run
@@ -132,7 +133,9 @@ class Trainer:
         spaces = env_spaces(config)
         check_local_gpus(config)
         model_spec = model_spec_for(config, spaces)
-        resume = resolve_resume(self.resume, config)[0] if self.resume else None
+        resume = None
+        if self.resume:
+            resume = resolve_resume(self.resume, config, key=signing_key())[0]
         started_ray = not ray.is_initialized()
         if started_ray:
             init_ray(config)
@@ -157,9 +160,12 @@ class Trainer:
         """
         if self.run_dir is None:
             raise RuntimeError("policy(): call train() first")
+        from services.checkpoints.trust import named_modules
         from services.policy import load_policy
 
-        return load_policy(self.run_dir, device=device)
+        # The run's code is this trainer's config's: the modules it names are trusted.
+        own = named_modules(self.config.to_dict())
+        return load_policy(self.run_dir, device=device, allow_modules=own)
 
 
 @contextlib.contextmanager
