@@ -54,7 +54,7 @@ def test_asha_stops_a_trial_that_cannot_learn_and_the_best_trial_learns(
     space = space_file(tmp_path, {"learner.lr": [1e-3, 2e-3, 3e-3, bad]})
     tune_dir = tmp_path / "asha"
     argv = ["--space", space, "--scheduler", "asha", "--max-frames", "6000"]
-    argv += ["--perturbation-frames", "1000", "--dir", str(tune_dir), *SETS]
+    argv += ["--perturbation-frames", "750", "--dir", str(tune_dir), *SETS]  # rungs 750 .. 6000
     assert tune_cli.main(argv) == 0
     final = last_json(capsys)
     assert final["dir"] == str(tune_dir) and final["trials"] == 4 and final["exploits"] == 0
