@@ -15,7 +15,14 @@ import torch
 from tensordict import TensorDict
 from torch import nn
 
-from learner.stepper import GradClipper, detached, make_optimizer, total_loss
+from learner.stepper import (
+    GradClipper,
+    configured_hyperparameters,
+    detached,
+    make_optimizer,
+    reapply_hyperparameters,
+    total_loss,
+)
 
 
 class MultiOptimizerStepper:
@@ -37,6 +44,7 @@ class MultiOptimizerStepper:
         if not groups:
             raise ValueError("groups: a multi-optimizer stepper needs at least one group")
         self.groups = groups
+        self.configured = {m: configured_hyperparameters(opt) for m, opt in groups}
         self.clippers = [
             GradClipper(
                 [p for g in optimizer.param_groups for p in g["params"]], "norm", max_grad_norm, 1.0
@@ -98,3 +106,4 @@ class MultiOptimizerStepper:
             raise ValueError(f"stepper state has groups {sorted(saved)}, the loss has others")
         for method, optimizer in self.groups:
             optimizer.load_state_dict(saved[method])
+            reapply_hyperparameters(optimizer, self.configured[method])  # the config's lr wins

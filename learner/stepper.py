@@ -122,6 +122,50 @@ def make_scheduler(
     return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
 
 
+def configured_hyperparameters(optimizer: torch.optim.Optimizer) -> list[dict[str, float]]:
+    """Each param group's configured ``lr`` (before any schedule) and ``weight_decay``."""
+    return [
+        {"lr": group.get("initial_lr", group["lr"]), "weight_decay": group["weight_decay"]}
+        for group in optimizer.param_groups
+    ]
+
+
+def reapply_hyperparameters(
+    optimizer: torch.optim.Optimizer,
+    configured: list[dict[str, float]],
+    scheduler: torch.optim.lr_scheduler.LRScheduler | None = None,
+) -> None:
+    """After a restore, the config's learning rate and weight decay win over the saved ones.
+
+    ``optimizer.load_state_dict`` brings back the saved param groups, ``lr`` included, so a run
+    resumed with another ``learner.lr`` (a PBT exploit, or ``--resume --set learner.lr=...``)
+    would go on at the old one. Here each group gets its configured values back; under a
+    schedule the saved progress is kept: the new base times the saved ``lr / initial_lr``.
+
+    Examples:
+        >>> net = torch.nn.Linear(2, 1)
+        >>> saved = torch.optim.Adam(net.parameters(), lr=1e-3).state_dict()
+        >>> optimizer = torch.optim.Adam(net.parameters(), lr=5e-4)
+        >>> configured = configured_hyperparameters(optimizer)
+        >>> optimizer.load_state_dict(saved)
+        >>> reapply_hyperparameters(optimizer, configured)
+        >>> optimizer.param_groups[0]["lr"]
+        0.0005
+    """
+    for group, wanted in zip(optimizer.param_groups, configured, strict=True):
+        group["weight_decay"] = wanted["weight_decay"]
+        base = group.get("initial_lr") if scheduler is not None else group["lr"]
+        if base == wanted["lr"]:
+            continue  # unchanged: the saved lr stays bit for bit (deterministic resumes)
+        if scheduler is not None and base:
+            group["lr"] = wanted["lr"] * (group["lr"] / base)
+            group["initial_lr"] = wanted["lr"]
+        else:
+            group["lr"] = wanted["lr"]
+    if scheduler is not None:
+        scheduler.base_lrs = [wanted["lr"] for wanted in configured]
+
+
 class GradClipper:
     """Clips gradients by global norm or by value and measures the global norm.
 
@@ -188,6 +232,7 @@ class DefaultStepper:
     ) -> None:
         self.optimizer = optimizer
         self.scheduler = scheduler
+        self.configured = configured_hyperparameters(optimizer)  # re-applied after a restore
         self.parameters = [p for group in optimizer.param_groups for p in group["params"]]
         self.clip = GradClipper(self.parameters, grad_clip, max_grad_norm, max_grad_value)
         self.skipped_steps = 0  # steps skipped by the non-finite guard
@@ -240,9 +285,10 @@ class DefaultStepper:
         }
 
     def load_state_dict(self, state: dict) -> None:
-        """Restores :meth:`state_dict`."""
+        """Restores :meth:`state_dict`, then the config's lr (:func:`reapply_hyperparameters`)."""
         self.optimizer.load_state_dict(state["optimizer"])
         if self.scheduler is not None:
             if state.get("scheduler") is None:
                 raise ValueError("stepper state has no scheduler state but a scheduler is set")
             self.scheduler.load_state_dict(state["scheduler"])
+        reapply_hyperparameters(self.optimizer, self.configured, self.scheduler)

@@ -23,6 +23,7 @@ from learner.algorithms import featured_config
 COMMANDS = {
     "train": ("services.train", "run a training job"),
     "sweep": ("services.sweep", "several runs at once: seeds and a grid over config values"),
+    "tune": ("services.tune", "adaptive search on Ray Tune: PBT, PB2, ASHA over relayrl runs"),
     "evaluate": ("services.evaluate", "play a trained policy, print its returns, record videos"),
     "export": ("services.export", "write a policy's forward as pt2 or ONNX"),
     "plot": ("services.plot", "learning curves of a run directory"),

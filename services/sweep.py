@@ -42,6 +42,7 @@ import ray
 from learner.algorithms import featured_config
 from services.config import ConfigError, RunConfig, load_config
 from services.config.spec import model_spec_for
+from services.config.trackers import check_tracker_extras
 from services.driver.runid import new_run_id, random_token
 from services.observe.progress import progress_line
 from services.observe.sweep_report import (
@@ -156,6 +157,7 @@ def plan(args: argparse.Namespace) -> list[tuple[dict[str, str], int, RunConfig]
                     f"got {config.metrics.port}"
                 )
             model_spec_for(config)  # an unknown env fails here, not in a thread
+            check_tracker_extras(config.metrics)
             runs.append((point, seed, config))
     return runs
 

@@ -33,6 +33,7 @@ from services.checkpoints.store import CheckpointWriteError
 from services.checkpoints.trust import add_trust_arguments, trust_options
 from services.config import ConfigError, RunConfig, load_config
 from services.config.spec import check_local_gpus, env_spaces, model_spec_for
+from services.config.trackers import check_tracker_extras
 from services.driver.faults import DeterminismError
 from services.driver.placement import PlacementError
 from services.observe.progress import ProgressReporter
@@ -107,6 +108,7 @@ def main(argv: list[str] | None = None, prog: str = PROG) -> int:
     )
     try:
         config = load_config(args.config, args.set)
+        check_tracker_extras(config.metrics)  # a missing extra, named before anything starts
         check_run_paths(config)  # never inside a submitted job's working directory
         spaces = env_spaces(config)
         check_local_gpus(config)

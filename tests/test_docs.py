@@ -21,8 +21,8 @@ PAGES = [README, *DOCS]
 # CI (.ci/run) and a hook read these two blocks: keep them byte-identical and first.
 MAIN_COMMAND = 'pip install "torch==2.13.0" && pip install -e . && python -m services.train'
 TEST_COMMAND = (
-    'pip install "torch==2.13.0" && pip install -e ".[dev,atari,torchrl,marl,box2d,mujoco]" '
-    "&& python -m pytest -q"
+    'pip install "torch==2.13.0" && pip install -e '
+    '".[dev,atari,torchrl,marl,box2d,mujoco,tune,mlflow,wandb]" && python -m pytest -q'
 )
 ALGORITHMS = tuple(REGISTERED)  # every registration (learner.algorithms)
 README_MAX_LINES = 250

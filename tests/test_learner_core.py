@@ -358,3 +358,31 @@ def test_run_config_overrides_reach_the_new_learner_fields():
     assert config.command_timeout_s == 30.0
     with pytest.raises(ConfigError, match=r"^learner\.precision: must be one of"):
         load_config(overrides=["learner.precision=fp64"])
+
+
+@pytest.mark.parametrize("schedule", ["none", "linear"])
+def test_a_restored_stepper_runs_at_the_configured_lr_not_the_saved_one(schedule):
+    from learner.multi import MultiOptimizerStepper
+
+    net = nn.Linear(3, 1)
+    old = LearnerConfig(lr=1e-3, lr_scheduler=schedule, lr_warmup_steps=0, lr_decay_steps=10)
+    new = LearnerConfig(lr=4e-3, lr_scheduler=schedule, lr_warmup_steps=0, lr_decay_steps=10)
+    stepper = DefaultStepper.from_config(net, old)
+    for _ in range(5):  # half-way down a linear decay
+        stepper.optimizer.step()
+        if stepper.scheduler is not None:
+            stepper.scheduler.step()
+    saved = stepper.state_dict()
+    factor = stepper.optimizer.param_groups[0]["lr"] / 1e-3
+    restored = DefaultStepper.from_config(net, new)
+    restored.load_state_dict(saved)
+    assert restored.optimizer.param_groups[0]["lr"] == pytest.approx(4e-3 * factor)
+    if restored.scheduler is not None:  # the schedule goes on from the new base
+        restored.optimizer.step()
+        restored.scheduler.step()
+        assert restored.scheduler.base_lrs == [4e-3]
+    multi = MultiOptimizerStepper([("loss", torch.optim.Adam(net.parameters(), lr=2e-3))])
+    multi.load_state_dict(
+        {"optimizers": {"loss": torch.optim.Adam(net.parameters(), lr=1e-3).state_dict()}}
+    )
+    assert multi.groups[0][1].param_groups[0]["lr"] == 2e-3

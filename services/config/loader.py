@@ -63,6 +63,8 @@ def _convert(path: str, value, hint):
             return value
         raise ConfigError(f"{path}: must be a string, got {value!r}")
     if origin is tuple:
+        if isinstance(value, str):  # --set a.b=x,y (YAML reads it as one string)
+            value = [v.strip() for v in value.split(",") if v.strip()]
         if not isinstance(value, list | tuple):
             raise ConfigError(f"{path}: must be a list, got {value!r}")
         (item,) = typing.get_args(hint)[:1]

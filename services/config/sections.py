@@ -21,6 +21,7 @@ from services.config.determinism import check_deterministic
 from services.config.evaluation import EvaluationConfig
 from services.config.grpc import GrpcConfig, redact_secrets
 from services.config.recipes import ALGORITHMS, DEFAULT
+from services.config.trackers import MlflowSection, WandbSection, check_trackers
 
 
 class ConfigError(ValueError):
@@ -210,7 +211,13 @@ class MetricsConfig:
         host: Bind address (loopback unless you mean to expose it).
         port: Port; 0 lets the OS choose (the address is logged).
         tensorboard: Also write TensorBoard scalars to ``<run dir>/tensorboard`` (needs the
-            ``tensorboard`` extra).
+            ``tensorboard`` extra); the same as ``tensorboard`` in ``trackers``.
+        trackers: Experiment trackers the run logs its config, progress metrics (frames as the
+            step) and files to: ``tensorboard``, ``mlflow``, ``wandb`` (each an extra;
+            ``--set metrics.trackers=mlflow,tensorboard``). A tracker that fails is logged and
+            never stops training (``services.observe.trackers``).
+        mlflow: The ``mlflow`` tracker's URI and experiment.
+        wandb: The ``wandb`` tracker's project, entity, mode and group.
         sd_dir: Directory where the driver writes ``<run id>.json``, a Prometheus ``file_sd``
             target for its endpoint, removed at exit (None: none), e.g. the directory that
             ``deploy/prometheus/prometheus.yml`` watches.
@@ -226,6 +233,10 @@ class MetricsConfig:
     tensorboard: bool = False
     sd_dir: str | None = None
     max_collector_series: int = 64
+    # Experiment trackers (services.observe.trackers)
+    trackers: tuple[str, ...] = ()
+    mlflow: MlflowSection = dataclasses.field(default_factory=MlflowSection)
+    wandb: WandbSection = dataclasses.field(default_factory=WandbSection)
 
     def __post_init__(self) -> None:
         if not 0 <= self.port < 65536:
@@ -234,6 +245,7 @@ class MetricsConfig:
             raise ValueError(
                 f"max_collector_series: must be >= 0, got {self.max_collector_series!r}"
             )
+        check_trackers(self.trackers)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -68,11 +68,12 @@ def logical_cpus(config: RunConfig) -> float:
     )
 
 
-def init_ray(*configs: RunConfig) -> None:
+def init_ray(*configs: RunConfig, extra_cpus: float = 0.0) -> None:
     """Connects to ``RAY_ADDRESS`` if set, else starts an embedded local Ray on loopback.
 
     The embedded cluster declares at least as many logical CPUs as the actors of all
-    ``configs`` (the runs that will share it) ask for, so a small machine runs the default job
+    ``configs`` (the runs that will share it) ask for, plus ``extra_cpus`` (a tune search's
+    trial actors), so a small machine runs the default job
     or a sweep (the OS shares the real cores). Its dashboard starts only with
     ``ray.dashboard: true`` (a run does not use it, and it adds to every start-up).
     """
@@ -96,7 +97,10 @@ def init_ray(*configs: RunConfig) -> None:
     with own_process_group(), agent_port_chosen_by_os():
         context = ray.init(
             address="local",  # never attach to a `ray start` cluster found on this machine
-            num_cpus=max(os.cpu_count() or 1, math.ceil(sum(logical_cpus(c) for c in configs))),
+            num_cpus=max(
+                os.cpu_count() or 1,
+                math.ceil(sum(logical_cpus(c) for c in configs) + extra_cpus),
+            ),
             num_gpus=gpus or None,
             include_dashboard=any(c.ray.dashboard for c in configs),
             dashboard_host="127.0.0.1",

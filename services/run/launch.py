@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from services.config import RunConfig
@@ -25,7 +25,9 @@ from services.evaluation.evaluator import EvaluationRunner
 from services.grpc.server import serve_run
 from services.observe.metrics import MetricsExporter
 from services.observe.tensorboard import TensorBoardLogger
+from services.observe.trackers import Trackers, start_trackers
 from services.run.rundir import RunLog, resolve_run_dir, write_summary
+from services.run.storage import storage_root
 
 logger = logging.getLogger(__name__)
 
@@ -40,6 +42,7 @@ class Run:
         run_dir: Its absolute directory.
         controller: Its controller (``request_stop`` stops it at the next boundary).
         exporter: Its Prometheus exporter (None with ``metrics.enabled: false``).
+        trackers: Its MLflow and W&B trackers (None when ``metrics.trackers`` names neither).
     """
 
     config: RunConfig
@@ -48,22 +51,33 @@ class Run:
     controller: Controller
     exporter: MetricsExporter | None
     closers: list[Callable[[], None]]
+    trackers: Trackers | None = None
 
     def execute(self) -> dict:
         """Sets up, trains and shuts the run down; writes and returns its summary.
 
         The summary (the CLI's last line of JSON) names ``run_id``, ``run_dir`` and the last
-        ``checkpoint``; it is also written to ``<run dir>/summary.json``.
+        ``checkpoint`` (and the trackers' runs, e.g. ``mlflow_run_id``); it is also written to
+        ``<run dir>/summary.json``, which the trackers then receive as a file.
         """
         try:
             summary = self.controller.run()
+        except BaseException:
+            if self.trackers is not None:
+                self.trackers.close(status="FAILED")
+            raise
         finally:
             for close in reversed(self.closers):
                 close()
         summary["run_dir"] = str(self.run_dir)
         last = self.controller.last_checkpoint
         summary["checkpoint"] = str(last) if last else None
-        write_summary(self.run_dir, summary)
+        if self.trackers is not None:
+            summary.update(self.trackers.fields())
+        path = write_summary(self.run_dir, summary)
+        if self.trackers is not None:
+            videos = sorted(self.run_dir.glob("videos/*.mp4"))
+            self.trackers.close([path, self.run_dir / "config.yaml", *videos])
         return summary
 
 
@@ -74,6 +88,7 @@ def prepare_run(
     resume: str | Path | None = None,
     run_id: str | None = None,
     progress: Callable[[Controller, dict], None] | None = None,
+    tracker_tags: Mapping[str, str] | None = None,
 ) -> Run:
     """Creates a run's id and directory, its log and endpoint, and its controller.
 
@@ -85,6 +100,7 @@ def prepare_run(
         resume: A checkpoint or rotation directory to resume from (lineage kept, new id).
         run_id: Use this id instead of a fresh one.
         progress: A ``progress`` hook (the CLI's bar or lines; the sweep's prefixed lines).
+        tracker_tags: Tags the run's trackers get besides its config (a tune trial's id).
 
     Returns:
         The prepared run; call :meth:`Run.execute` once Ray is connected.
@@ -113,14 +129,28 @@ def prepare_run(
         EvaluationRunner(config, controller).attach()  # before the log: snapshots carry it
     if progress is not None:
         controller.register("progress", progress)
-    if config.metrics.tensorboard:
+    if config.metrics.tensorboard or "tensorboard" in config.metrics.trackers:
         tensorboard = TensorBoardLogger(run_dir / "tensorboard")
         controller.register("progress", tensorboard)
         closers.append(tensorboard.close)
     controller.register("progress", lambda _, snapshot: run_log.write(snapshot))
+    trackers = start_trackers(
+        config,
+        run_id=run_id,
+        run_dir=run_dir,
+        storage=storage_root(config.run.storage),
+        tags=tracker_tags,
+    )
+    if trackers is not None:
+        trackers.attach(controller)
     # A live resize is a record of its own (services.plot marks it on the curves).
     controller.register("resize", lambda _, event: run_log.write({"event": "resize", **event}))
-    server = serve_run(config, controller)  # None unless grpc.port is set; OSError: port taken
+    try:
+        server = serve_run(config, controller)  # None unless grpc.port is set; OSError: taken
+    except BaseException:
+        if trackers is not None:
+            trackers.close(status="FAILED")
+        raise
     if server is not None:
         closers.append(server.stop)  # health NOT_SERVING, in-flight calls get grpc.grace_s
-    return Run(config, run_id, run_dir, controller, exporter, closers)
+    return Run(config, run_id, run_dir, controller, exporter, closers, trackers)

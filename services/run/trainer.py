@@ -124,11 +124,13 @@ class Trainer:
         from services.checkpoints.resume import resolve_resume
         from services.checkpoints.trust import signing_key
         from services.config.spec import check_local_gpus, env_spaces, model_spec_for
+        from services.config.trackers import check_tracker_extras
         from services.run.embedded import init_ray
         from services.run.launch import prepare_run
         from services.run.storage import check_run_paths
 
         config = self.config
+        check_tracker_extras(config.metrics)
         check_run_paths(config)
         spaces = env_spaces(config)
         check_local_gpus(config)
