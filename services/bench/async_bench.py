@@ -15,9 +15,8 @@ repeat's value of:
 * ``policy_lag_p50``, ``policy_lag_p99``: of the trained chunks (the lockstep loop: 0 by
   construction);
 * ``dropped_fraction``: frames dropped as too stale over frames collected (lockstep: 0);
-* ``learner_busy_fraction``: the learner rounds' seconds (sampling, training, publishing; rank
-  0's receipt) over the wall time: near 1 with collectors waiting, the learner is the
-  bottleneck, and the wait is the CPU's, not the loop's.
+* ``learner_busy_fraction``: rank 0's round seconds over the wall time (near 1: the learner is
+  the bottleneck).
 
 Per task, ``<async>_over_<lockstep>_frames_per_s``. With ``--sample-factory PYTHON``, Sample
 Factory 2.1's APPO runs CartPole with the asynchronous arm's settings (workers, envs, rollout,
@@ -103,9 +102,7 @@ def arm_configs(task: str, arms: tuple[str, str], frames: int, storage: Path) ->
     return [lockstep, other]
 
 
-def figures(
-    summary: dict, busy_s: float, collectors: int, *, lockstep: bool, learner_s: float = 0.0
-) -> dict:
+def figures(summary: dict, busy_s: float, collectors: int, *, lockstep: bool, learner_s=0.0):
     """One run's figures from its summary, its rollouts' stepping and its rounds' seconds.
 
     The loop counts trained and dropped steps in transitions; with a frame skip (Pong: 4) a
