@@ -16,7 +16,7 @@ import grpc
 import numpy as np
 
 from collector.networks.q_mlp import ModelSpec
-from services.bench.hostile import length_field, transitions
+from services.bench.wire.hostile import length_field, transitions
 from services.grpc.client import RelayClient
 
 

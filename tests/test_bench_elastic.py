@@ -6,7 +6,7 @@ import numpy as np
 
 from replay.persist.items import ItemSet
 from replay.persist.items import item_rows as rows
-from services.bench.elastic import rate, resize_seconds, size_key, targets_met
+from services.bench.runtime.elastic import rate, resize_seconds, size_key, targets_met
 
 
 def items(values, mass=None) -> ItemSet:

@@ -16,7 +16,7 @@ import urllib.request
 import grpc
 import pytest
 
-from services.bench.hostile import transitions
+from services.bench.wire.hostile import transitions
 from services.config import load_config
 from services.grpc.client import RelayClient
 from services.observe.runlog import read_events

@@ -25,7 +25,7 @@ from replay.intake import IntakeGate
 from replay.wire import experience_pb2 as pb
 from replay.wire import experience_pb2_grpc as pb_grpc
 from replay.wire.batches import ExternalReceipt, shard_of
-from services.bench.certs import make_pki
+from services.bench.wire.certs import make_pki
 from services.checkpoints.store import latest_valid
 from services.config import load_config
 from services.driver.controller import Controller

@@ -2,7 +2,7 @@
 
 Real servers on loopback (the driver's :class:`GrpcServer` before its run starts, and a replay
 shard's direct-write server over a real :class:`ReplayTable`), real clients, real certificates
-(made with ``cryptography`` by :func:`services.bench.certs.make_pki`).
+(made with ``cryptography`` by :func:`services.bench.wire.certs.make_pki`).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from replay.table import ReplayTable
 from replay.wire.leases import Refused, WriterLeases
 from replay.wire.transport import ServerTls
 from services import external_actor
-from services.bench.certs import make_pki
+from services.bench.wire.certs import make_pki
 from services.config import ConfigError, load_config
 from services.config.grpc import GrpcConfig, TlsConfig
 from services.driver.inbox import Inbox

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from services.bench import learn
-from services.bench.learn_plot import plot_entry
-from services.bench.learn_suite import ENTRIES, SUITES, Entry, Reference, suite
+from services.bench.learning import learn
+from services.bench.learning.learn_plot import plot_entry
+from services.bench.learning.learn_suite import ENTRIES, SUITES, Entry, Reference, suite
 from services.config import ConfigError
 from tests.conftest import PYTHON, ROOT, cli_env
 
@@ -101,7 +101,7 @@ def test_an_entry_needing_a_missing_extra_is_refused_naming_it():
     # Box2D hidden from this process: LunarLander cannot be made; nothing runs (exit code 2).
     code = (
         "import sys; sys.modules['Box2D'] = None\n"
-        "from services.bench.learn import main\n"
+        "from services.bench.learning.learn import main\n"
         "sys.exit(main(['--entries', 'cartpole-ppo,lunarlander-dqn', '--out', sys.argv[1]]))\n"
     )
     out = ROOT / "no-such-dir-is-made"

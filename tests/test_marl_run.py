@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from services.bench.marl import random_play
+from services.bench.learning.marl import random_play
 from services.config import load_config
 from services.driver.controller import Controller
 from services.evaluation.evaluator import EvaluationRunner

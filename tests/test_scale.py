@@ -10,7 +10,7 @@ import math
 
 import pytest
 
-from services.bench.scale import measure
+from services.bench.runtime.scale import measure
 
 
 def bench_args(**overrides) -> argparse.Namespace:

@@ -1,6 +1,7 @@
-"""Dispatches ``python -m services.bench <name> [args]`` to ``services.bench.<name>.main``.
+"""Dispatches ``python -m services.bench <name> [args]`` to its module's ``main``.
 
-A name that is a Python keyword maps to another module (:data:`MODULES`).
+The modules live in sub-packages by concern (:data:`MODULES`): ``learning``, ``pixels``, ``wire``
+and ``runtime``.
 """
 
 from __future__ import annotations
@@ -23,8 +24,22 @@ SUBCOMMANDS = (
     "startup",
     "async",
 )
-# Subcommands whose module has another name (``async`` is a Python keyword).
-MODULES = {"async": "async_bench"}
+# The module of each subcommand, under services.bench (``async`` is a Python keyword).
+MODULES = {
+    "grpc": "wire.grpc",
+    "solve": "learning.solve",
+    "learn": "learning.learn",
+    "atari": "pixels.atari",
+    "marl": "learning.marl",
+    "soak": "runtime.soak",
+    "checkpoint": "runtime.checkpoint",
+    "hostile": "wire.hostile",
+    "scale": "runtime.scale",
+    "determinism": "runtime.determinism",
+    "elastic": "runtime.elastic",
+    "startup": "runtime.startup",
+    "async": "runtime.async_bench",
+}
 
 
 def main(argv: list[str], prog: str = "python -m services.bench") -> int:
@@ -39,7 +54,7 @@ def main(argv: list[str], prog: str = "python -m services.bench") -> int:
     if not argv or argv[0] not in SUBCOMMANDS:
         print(text, file=sys.stderr)
         return 2
-    module = MODULES.get(argv[0], argv[0])
+    module = MODULES[argv[0]]
     return importlib.import_module(f"services.bench.{module}").main(argv[1:])
 
 

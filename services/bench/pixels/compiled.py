@@ -1,6 +1,6 @@
 """``python -m services.bench atari --compile``: the Nature CNN's learner compiled vs eager.
 
-Two in-process learner cores (``services.bench.pong.LocalLoop``: a LearnerCore sampling
+Two in-process learner cores (``services.bench.pixels.pong.LocalLoop``: a LearnerCore sampling
 batches of 32 Pong transitions from an in-process frame-deduplicated table, one torch thread
 like a learner rank) train side by side in one run, one with ``learner.compile`` (mode and
 backend from the flags; inductor's ``default`` unless told) and one without, in alternating
@@ -27,9 +27,9 @@ import time
 import torch
 
 from learner.config import LearnerConfig
-from services.bench.pong import BATCH, LocalLoop, frame_stream_writes
+from services.bench.pixels.pong import BATCH, LocalLoop, frame_stream_writes
 
-logger = logging.getLogger("services.bench.compiled")
+logger = logging.getLogger("services.bench.pixels.compiled")
 
 
 def timed_step(loop: LocalLoop) -> float:

@@ -293,7 +293,7 @@ class Served:
 def client_process(insert_address: str, raw_address: str, scenario: str) -> dict:
     """Runs :func:`run_client` in a fresh Python process and returns its JSON."""
     result = subprocess.run(
-        [sys.executable, "-m", "services.bench.grpc", "--client", insert_address, raw_address,
+        [sys.executable, "-m", "services.bench.wire.grpc", "--client", insert_address, raw_address,
          scenario],
         capture_output=True, text=True, timeout=900, check=False,
     )  # fmt: skip

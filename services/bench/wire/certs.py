@@ -1,6 +1,6 @@
 """Throwaway certificates for TLS on loopback: a CA, a server certificate, client certificates.
 
-The hostile benchmark (:mod:`services.bench.hostile`) and the tests make them with the
+The hostile benchmark (:mod:`services.bench.wire.hostile`) and the tests make them with the
 ``cryptography`` package (in the ``dev`` extra): a CA, a server certificate for ``localhost``
 and ``127.0.0.1`` signed by it, a client certificate it signed (mutual TLS), and a second CA
 with a client certificate of its own (one the server must refuse). Never use them for anything

@@ -1,11 +1,11 @@
 """``python -m services.bench learn``: learning curves of the shipped configs against references.
 
-Runs each entry of a suite (:mod:`services.bench.learn_suite`: ``cpu`` or ``full``) with the CLI
-(``python -m services.train``) in a subprocess, one run at a time, seeds ``0..N-1``; each run
-stops when the running mean return over the entry's episode window reaches its threshold, or
-at its frame budget. Every entry's config is loaded and its env built before the first run, so
-a config that needs a missing extra (``box2d``, ``mujoco``, ``atari``, ``marl``) or a GPU this
-host lacks is refused up front, naming it (exit code 2).
+Runs each entry of a suite (:mod:`services.bench.learning.learn_suite`: ``cpu`` or ``full``) with
+the CLI (``python -m services.train``) in a subprocess, one run at a time, seeds ``0..N-1``; each
+run stops when the running mean return over the entry's episode window reaches its threshold, or at
+its frame budget. Every entry's config is loaded and its env built before the first run, so a config
+that needs a missing extra (``box2d``, ``mujoco``, ``atari``, ``marl``) or a GPU this host lacks is
+refused up front, naming it (exit code 2).
 
 Per entry, in the last line of standard output (one JSON object, entries under ``entries``):
 ``frames_to_threshold`` (per seed, None where the budget ran out first),
@@ -13,8 +13,8 @@ Per entry, in the last line of standard output (one JSON object, entries under `
 ``wall_s`` (per seed: process start to exit, start-up included), ``reference`` (the published
 figure and its source) and ``vs_reference`` (median frames to threshold over the reference's
 frames), and ``plot``: a PNG of the running mean return against frames for each seed, with the
-threshold and the reference marked (:mod:`services.bench.learn_plot`), written under ``--out``
-(default ``<storage root>/bench-learn-<time>``) next to the runs' directories and
+threshold and the reference marked (:mod:`services.bench.learning.learn_plot`), written under
+``--out`` (default ``<storage root>/bench-learn-<time>``) next to the runs' directories and
 ``report.json`` (the entries so far). A run that fails or times out counts as not reached, its
 error under ``errors``, and the bench goes on.
 
@@ -41,10 +41,10 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from services.bench.learn_plot import plot_entry
-from services.bench.learn_suite import ENTRIES, SUITES, Entry, suite
+from services.bench.learning.learn_plot import plot_entry
+from services.bench.learning.learn_suite import ENTRIES, SUITES, Entry, suite
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 CONFIGS = ROOT / "deploy" / "configs"
 
 

@@ -12,7 +12,7 @@
     * :class:`SimLearner`: answers each learner round after ``round_s`` with a real
       ``StepReceipt`` and the weights after it.
 
-The driver side that uses them is :mod:`services.bench.sim.controller`.
+The driver side that uses them is :mod:`services.bench.runtime.sim.controller`.
 """
 
 from __future__ import annotations

@@ -54,7 +54,7 @@ from replay.local_ray import init_local_ray
 from services.config import RunConfig, load_config
 from services.driver.controller import Controller
 
-CONFIGS = Path(__file__).resolve().parents[2] / "deploy" / "configs"
+CONFIGS = Path(__file__).resolve().parents[3] / "deploy" / "configs"
 TASKS = ("cartpole", "pong")
 LOOPS = ("onpolicy", "async")  # lockstep first: the ratio is asynchronous over lockstep
 COMMON = [

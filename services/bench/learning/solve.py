@@ -29,7 +29,7 @@ from pathlib import Path
 
 from learner.algorithms import solve_tasks
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 TASKS = solve_tasks()  # each registration's SolveTask: a shipped config and its threshold
 
 

@@ -35,7 +35,7 @@ from collector.envs.multiagent import ParallelVectorEnv
 from learner.algorithms import ALGORITHMS
 from replay.local_ray import init_local_ray
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 # The multi-agent registrations; the independent learners (no mixer) are the baseline to match.
 METHODS = tuple(name for name, algo in ALGORITHMS.items() if algo.multi_agent)
 INDEPENDENT = tuple(m for m in METHODS if ALGORITHMS[m].fixed.get("learner.marl.mixer") == "none")

@@ -42,8 +42,8 @@ from pathlib import Path
 import grpc
 import numpy as np
 
-from services.bench.certs import make_pki
-from services.bench.halfopen import half_open
+from services.bench.wire.certs import make_pki
+from services.bench.wire.halfopen import half_open
 from services.grpc import control_pb2 as control_pb
 from services.grpc.client import RelayClient
 
@@ -110,7 +110,7 @@ class Poller(threading.Thread):
 
     def run(self) -> None:
         """Polls every 20 ms until ``done``."""
-        from services.bench.soak import rss_kib  # imports Ray: not for tests/grpc_probe.py
+        from services.bench.runtime.soak import rss_kib  # imports Ray: not for tests/grpc_probe.py
 
         while not self.done.wait(0.02):
             started = time.perf_counter()

@@ -35,7 +35,7 @@ from pathlib import Path
 
 from learner.algorithms import featured_config
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 PROBE = r"""
 import json, time

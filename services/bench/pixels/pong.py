@@ -1,4 +1,4 @@
-"""Pong as the pixel benchmarks use it (``services.bench.atari``, ``services.bench.compiled``).
+"""Pong as the pixel benchmarks use it (``services.bench.pixels.atari`` and ``.compiled``).
 
 The task is ``collector.atari``'s DQN preprocessing (frame skip 4, 84x84 grayscale, stacks of
 4) with the Nature CNN (``collector.networks.cnn``), collectors writing 3-step frame streams;

@@ -1,13 +1,12 @@
 """``python -m services.bench scale``: the driver alone against simulated fleets of collectors.
 
-The production controller and off-policy loop (:mod:`services.bench.sim.controller`) drive 10, 100
-and 1,000 simulated collectors (``--per-node`` logical collectors per simulated node, each node
-its own rollout hub), replay shards and a learner that answer with real receipts. The fleet is
-offered the same load at every size: ``--rate`` receipts per second in all (each collector runs
-its rollouts one after another, ``collectors / rate`` seconds each) with ``--inflight``
-rollouts in flight in all (``collector.max_inflight`` = ``inflight / collectors``), so what
-changes from one size to the next is the fleet alone. The Prometheus exporter is attached, as
-in a run.
+The production controller and off-policy loop (:mod:`services.bench.runtime.sim.controller`) drive
+10, 100 and 1,000 simulated collectors (``--per-node`` logical collectors per simulated node, each
+node its own rollout hub), replay shards and a learner that answer with real receipts. The fleet is
+offered the same load at every size: ``--rate`` receipts per second in all (each collector runs its
+rollouts one after another, ``collectors / rate`` seconds each) with ``--inflight`` rollouts in
+flight in all (``collector.max_inflight`` = ``inflight / collectors``), so what changes from one
+size to the next is the fleet alone. The Prometheus exporter is attached, as in a run.
 
 Measured over ``--seconds`` after ``--warmup``, per fleet size:
 
@@ -84,7 +83,7 @@ def percentile(values: list[float], q: float) -> float:
 
 def measure(num_collectors: int, args, *, aggregate: bool) -> dict:
     """One fleet size: set up, warm up, measure a window, stop, drain, check exactness."""
-    from services.bench.sim.controller import Program, SimulatedController
+    from services.bench.runtime.sim.controller import Program, SimulatedController
 
     program = Program(rollout_s=num_collectors / args.rate)
     config = scale_config(num_collectors, args, aggregate=aggregate)

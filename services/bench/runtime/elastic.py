@@ -52,7 +52,7 @@ from services.observe.runlog import read_events
 from services.run.launch import prepare_run
 
 CONFIG = (
-    Path(__file__).resolve().parents[2] / "deploy" / "configs" / featured_config("bench_elastic")
+    Path(__file__).resolve().parents[3] / "deploy" / "configs" / featured_config("bench_elastic")
 )
 TOKEN = "elastic-bench-token"
 TARGETS_S = {"collectors": 5.0, "world_size": 15.0}  # the targets on this machine

@@ -14,7 +14,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
-from services.bench.learn_suite import Entry
+from services.bench.learning.learn_suite import Entry
 
 
 def plot_entry(entry: Entry, runs: list[dict], out: Path) -> Path:

@@ -4,17 +4,17 @@ The driver under test is the production one: :class:`SimulatedController` is a
 :class:`~services.driver.controller.Controller` whose :meth:`~SimulatedController.setup` starts
 simulated services instead of real ones, and nothing else; its loops, receipt handling,
 accounting, fault checks, hooks and metrics are the shipped code. What is simulated answers
-with real messages at programmed rates (the actors are in :mod:`services.bench.sim.fleet`):
+with real messages at programmed rates (the actors are in :mod:`services.bench.runtime.sim.fleet`):
 
     * :class:`SimulatedCollectors`: the production :class:`~collector.manage.group.CollectorGroup`
       (rollout issue, weights hand-off, restart ledger, dispatch direct or through hubs) over
-      many logical collectors per :class:`~services.bench.sim.fleet.SimNode`, so a thousand
+      many logical collectors per :class:`~services.bench.runtime.sim.fleet.SimNode`, so a thousand
       fit on a small machine; each node is its collectors' hub.
     * :class:`SimulatedLearners`: the learner group's driver-side interface over one
-      :class:`~services.bench.sim.fleet.SimLearner`, its step receipts checked by the
+      :class:`~services.bench.runtime.sim.fleet.SimLearner`, its step receipts checked by the
       production ``verify_receipts``.
-    * :class:`~services.bench.sim.fleet.SimShard` answers the driver's health checks and stats
-      through the production ``ReplayClient``.
+    * :class:`~services.bench.runtime.sim.fleet.SimShard` answers the driver's health checks and
+      stats through the production ``ReplayClient``.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from collector.manage.group import CollectorGroup
 from learner.ranks.group import PendingRound
 from learner.receipts import PublishedWeights, StepReceipt, verify_receipts
 from replay.client import ReplayClient
-from services.bench.sim.fleet import Program, SimLearner, SimNode, SimShard
+from services.bench.runtime.sim.fleet import Program, SimLearner, SimNode, SimShard
 from services.driver.controller import Controller
 
 

@@ -2,7 +2,7 @@
 
 Measured side by side in one run on one Ray instance, with the DQN preprocessing of
 ``collector.atari`` (frame skip 4, 84x84 grayscale, stacks of 4) and the Nature CNN
-(``collector.networks.cnn``) as the policy (the task: ``services.bench.pong``):
+(``collector.networks.cnn``) as the policy (the task: ``services.bench.pixels.pong``):
 
 * ``ratio_collect``: agent steps per second of one Collector actor writing frame streams to a
   frame-deduplicated replay shard (``replay.frame_stack: 4``), over those of a raw loop (the
@@ -27,7 +27,7 @@ The machine's load (``load_avg_1m``) is recorded: on a shared 2-core machine eve
 noisy, the ratios less so than the rates.
 
 ``--compile`` measures only the learner with ``learner.compile`` against eager instead
-(``services.bench.compiled``; ``--compile-mode``, ``--compile-backend``).
+(``services.bench.pixels.compiled``; ``--compile-mode``, ``--compile-backend``).
 """
 
 from __future__ import annotations
@@ -56,10 +56,10 @@ from learner.config import LearnerConfig
 from learner.ranks.group import LearnerGroup
 from replay.local_ray import init_local_ray
 from replay.shard import remote_shard
-from services.bench.compiled import measure_compile
-from services.bench.pong import BATCH, FRAME_STACK, PONG, LocalLoop, frame_stream_writes
+from services.bench.pixels.compiled import measure_compile
+from services.bench.pixels.pong import BATCH, FRAME_STACK, PONG, LocalLoop, frame_stream_writes
 
-logger = logging.getLogger("services.bench.atari")
+logger = logging.getLogger("services.bench.pixels.atari")
 
 
 def measure_collection(args) -> tuple[dict, ray.actor.ActorHandle]:
