@@ -17,7 +17,7 @@ from services.config import load_config
 from services.driver.controller import Controller
 from services.grpc.client import RelayClient
 from tests.grpc_probe import transitions
-from tests.test_grpc_security import ACTOR, insert, shard  # noqa: F401  (a fixture)
+from tests.test_grpc_writers import ACTOR, insert, shard  # noqa: F401  (a fixture)
 
 GOALS = [
     "controller.stop_return=100",
