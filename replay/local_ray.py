@@ -9,13 +9,15 @@ cluster found on the machine, whose head may be gone), bound to loopback, in nam
 ``python -m services.train`` starts its own embedded Ray instead
 (``services.run.embedded.init_ray``: logical CPUs sized to the run, the dashboard on request,
 its own process group).
-Both let the OS choose the node's dashboard-agent port (:func:`agent_port_chosen_by_os`).
+Both let the OS choose the node's dashboard-agent port (:func:`agent_port_chosen_by_os`) and
+keep every socket of the node on loopback (:func:`loopback_node`).
 """
 
 from __future__ import annotations
 
 import contextlib
 import functools
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -64,8 +66,46 @@ def init_local_ray(num_cpus: int | None = 8, **overrides: Any):
         >>> init_local_ray(num_cpus=4, _system_config={"worker_niceness": 0})  # doctest: +SKIP
         >>> ray.shutdown()  # doctest: +SKIP
     """
-    with agent_port_chosen_by_os():
+    with agent_port_chosen_by_os(), loopback_node():
         return ray.init(address="local", **local_ray_options(num_cpus, **overrides))
+
+
+# Ray's switch for single-machine clusters (meant for Windows and macOS, honoured everywhere).
+SINGLE_MACHINE_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
+
+
+@contextlib.contextmanager
+def loopback_node() -> Iterator[None]:
+    """While active, a Ray node started here binds every socket it listens on to loopback.
+
+    ``_node_ip_address="127.0.0.1"`` alone does not: ``ray.init`` replaces a loopback address
+    with the host's routable one (``services.resolve_ip_for_localhost``) unless Ray runs as a
+    single-machine cluster, and its GCS, raylet and workers then listen on ``::``, its agents
+    on ``0.0.0.0`` and the host's address. With the node address left at ``127.0.0.1`` they
+    bind ``127.0.0.1`` (Ray's C++ servers bind loopback only when the node's address is
+    loopback). The switch is set for this process while the node starts and in the
+    environment its processes, started meanwhile, inherit; such a node cannot take other
+    machines' nodes, which an embedded cluster never does.
+
+    Examples:
+        >>> from ray._private import ray_constants
+        >>> with loopback_node():
+        ...     ray_constants.ENABLE_RAY_CLUSTER, os.environ[SINGLE_MACHINE_ENV]
+        (False, '0')
+    """
+    from ray._private import ray_constants
+
+    original, inherited = ray_constants.ENABLE_RAY_CLUSTER, os.environ.get(SINGLE_MACHINE_ENV)
+    ray_constants.ENABLE_RAY_CLUSTER = False
+    os.environ[SINGLE_MACHINE_ENV] = "0"
+    try:
+        yield
+    finally:
+        ray_constants.ENABLE_RAY_CLUSTER = original
+        if inherited is None:
+            os.environ.pop(SINGLE_MACHINE_ENV, None)
+        else:
+            os.environ[SINGLE_MACHINE_ENV] = inherited
 
 
 @contextlib.contextmanager

@@ -7,6 +7,7 @@ one, and each test also runs alone.
 from __future__ import annotations
 
 import concurrent.futures
+import ipaddress
 import json
 import re
 import subprocess
@@ -15,6 +16,7 @@ import time
 import urllib.request
 
 import grpc
+import psutil  # ships with ray (its thirdparty_files, on the path once ray is imported)
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -259,6 +261,42 @@ def test_control_is_answered_while_the_insert_capacity_is_taken(served):
             release.set()
         for future in held:  # each stream ends with no batch: an empty, good reply
             assert future.result(timeout=60).frames_counted == 0
+
+
+def listening(pid: int) -> dict[tuple[str, int], str]:
+    """``{(address, port): process name}`` of every socket a process and its descendants bind
+    to listen (TCP in LISTEN, UDP bound): the driver, Ray's node processes and workers."""
+    root = psutil.Process(pid)
+    found = {}
+    for process in [root, *root.children(recursive=True)]:
+        try:
+            name = process.name()
+            sockets = process.net_connections(kind="inet")
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue  # a worker that exited meanwhile
+        for sock in sockets:
+            if sock.status == psutil.CONN_LISTEN or (sock.laddr and not sock.raddr):
+                found[(sock.laddr.ip, sock.laddr.port)] = name
+    return found
+
+
+def is_loopback(address: str) -> bool:
+    ip = ipaddress.ip_address(address)
+    mapped = getattr(ip, "ipv4_mapped", None)  # ::ffff:127.0.0.1 is IPv4 loopback on a v6 socket
+    return ip.is_loopback or (mapped is not None and mapped.is_loopback)
+
+
+def test_every_socket_of_the_run_and_its_embedded_ray_listens_on_loopback(served):
+    sockets = listening(served.process.pid)
+    names = set(sockets.values())
+    assert {"gcs_server", "raylet"} <= names, names  # Ray's node processes were listed
+    ports = {port for _, port in sockets}
+    assert int(served.address.rsplit(":", 1)[1]) in ports  # and the driver's own servers
+    assert served.metrics_port() in ports
+    beyond = {
+        f"{ip}:{port} ({name})" for (ip, port), name in sockets.items() if not is_loopback(ip)
+    }
+    assert not beyond, f"listening beyond loopback: {sorted(beyond)}"
 
 
 def test_checkpoint_requests_that_arrive_together_share_a_cut(served):

@@ -157,10 +157,16 @@ def test_disagreeing_receipts_fail_the_generation(ray_cluster, shards):
 
 
 def test_store_uses_a_free_requested_port_and_falls_back_from_a_taken_one(free_port):
+    import psutil  # ships with ray
+
     from learner.ranks.rendezvous import open_store
 
     store = open_store("127.0.0.1", free_port, 1, timeout_s=5)
     assert store.port == free_port
+    bound = {
+        c.laddr.ip for c in psutil.Process().net_connections("tcp") if c.laddr.port == free_port
+    }
+    assert bound == {"127.0.0.1"}  # loopback alone, not torch's every-interface default
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()

@@ -1,9 +1,17 @@
-"""Rendezvous: rank 0's TCPStore on a free port, retried on collision."""
+"""Rendezvous: rank 0's TCPStore on a free port, retried on collision.
+
+A store on loopback (every rank on one node) listens on loopback alone: torch's master store
+binds every interface whatever host it is given, so rank 0 binds the listening socket itself
+and hands it over (``master_listen_fd``).
+"""
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import logging
+import os
+import socket
 from collections.abc import Sequence
 
 import ray
@@ -38,6 +46,9 @@ def open_store(
     for attempt in range(attempts):
         try_port = port if attempt == 0 else 0
         try:
+            listen: dict[str, int] = {}
+            if address.startswith("127."):
+                listen["master_listen_fd"], try_port = loopback_listener(address, try_port)
             return dist.TCPStore(
                 address,
                 try_port,
@@ -45,9 +56,13 @@ def open_store(
                 is_master=True,
                 timeout=timeout,
                 wait_for_workers=False,
+                **listen,
             )
         except (RuntimeError, OSError) as err:  # DistNetworkError is a RuntimeError
             last = err
+            if "master_listen_fd" in listen:  # the store never took it
+                with contextlib.suppress(OSError):
+                    os.close(listen["master_listen_fd"])
             logger.warning(
                 "rendezvous: store on %s:%d failed (attempt %d/%d): %s",
                 address,
@@ -59,6 +74,23 @@ def open_store(
     raise RuntimeError(
         f"rendezvous: could not open a store on {address} in {attempts} attempts: {last}"
     )
+
+
+def loopback_listener(address: str, port: int) -> tuple[int, int]:
+    """A TCP socket listening on ``address:port`` (0: the OS chooses), as ``(fd, port)``.
+
+    The descriptor is handed over: the store owns it from then on.
+    """
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((address, port))
+        sock.listen(128)
+        bound = sock.getsockname()[1]
+    except OSError:
+        sock.close()
+        raise
+    return sock.detach(), bound
 
 
 def join_ranks(ranks: Sequence[ray.actor.ActorHandle], config) -> tuple[str, int]:

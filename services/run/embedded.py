@@ -80,7 +80,7 @@ def init_ray(*configs: RunConfig, extra_cpus: float = 0.0) -> None:
     import ray
 
     from collector.config import INLINE_WRITE_ENV
-    from replay.local_ray import agent_port_chosen_by_os
+    from replay.local_ray import agent_port_chosen_by_os, loopback_node
     from services.run.raytools import log_cluster
 
     if ray.is_initialized():
@@ -93,8 +93,9 @@ def init_ray(*configs: RunConfig, extra_cpus: float = 0.0) -> None:
     # collectors start in prestarted workers instead of dedicated ones (see collector.manage.group).
     os.environ.update(INLINE_WRITE_ENV)
     # A signal to the driver's process group spares the cluster; another cluster on the machine
-    # holding Ray's fixed agent port does not delay the start (replay.local_ray).
-    with own_process_group(), agent_port_chosen_by_os():
+    # holding Ray's fixed agent port does not delay the start; every socket of the node binds
+    # loopback (replay.local_ray).
+    with own_process_group(), agent_port_chosen_by_os(), loopback_node():
         context = ray.init(
             address="local",  # never attach to a `ray start` cluster found on this machine
             num_cpus=max(
