@@ -52,6 +52,7 @@ from replay.wire.batches import (
 )
 from replay.wire.leases import SEQ_WINDOW, WriterLeases
 from replay.wire.planes import RECEIVE_S
+from replay.wire.secrets import served_options
 from replay.wire.service import (
     Admission,
     IntakeClosed,
@@ -245,8 +246,10 @@ def start_intake_server(
     Args:
         write: Stores ``(arrays, writer, seq)`` in the shard's table.
         shard_id: The shard's index.
-        options: ``spec``, ``num_shards``, ``host``, ``operator``/``actor`` (credentials),
-            ``tls`` (:class:`replay.wire.transport.ServerTls` or None), ``max_bytes``,
+        options: ``spec``, ``num_shards``, ``host``, ``operator``/``actor`` (credentials,
+            as the driver sends them their ``env:``/``file:`` references, read here on the
+            shard's node), ``tls_files`` (the PEM files' paths, read here) or ``tls``
+            (:class:`replay.wire.transport.ServerTls`) or neither, ``max_bytes``,
             ``max_workers``, ``lease_s``, ``frames_per_s``, ``clip_actions``, ``idle_s``,
             ``receive_s``, ``calls_per_peer``, ``published_version``
             (``services.config.grpc.GrpcConfig.shard_intake_options``).
@@ -257,7 +260,9 @@ def start_intake_server(
 
     Raises:
         OSError: If no address can be bound.
+        ValueError: Naming the field whose secret cannot be read on this node.
     """
+    options = served_options(options)  # never in a Ray argument: read here (replay.wire.secrets)
     num_shards = options["num_shards"]
     rate = options.get("frames_per_s")
     # A shard sees a writer's batches in runs of ROUTE_GROUP, one run in every num_shards.

@@ -14,12 +14,16 @@ from __future__ import annotations
 
 import dataclasses
 import ipaddress
-import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from replay.wire.secrets import is_reference, resolve_secret
+
 if TYPE_CHECKING:
     from replay.wire.transport import ServerTls
+
+__all__ = ["GrpcConfig", "TlsConfig", "is_reference", "redact_secrets", "resolve_secret"]
 
 LOOPBACK_NAMES = ("localhost",)
 REDACTED = "<redacted>"
@@ -34,34 +38,6 @@ def is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False
-
-
-def is_reference(secret: str) -> bool:
-    """Whether a secret names where it lives (``env:NAME``, ``file:PATH``) instead of being it."""
-    return secret.startswith(("env:", "file:"))
-
-
-def resolve_secret(field: str, secret: str | None) -> str | None:
-    """The secret ``env:NAME`` or ``file:PATH`` names (a literal as is).
-
-    Raises:
-        ValueError: Naming ``field``: an unset variable, an unreadable or empty file.
-    """
-    if secret is None or not is_reference(secret):
-        return secret
-    kind, _, where = secret.partition(":")
-    if kind == "env":
-        value = os.environ.get(where, "")
-        if not value:
-            raise ValueError(f"{field}: environment variable {where} is unset or empty")
-        return value
-    try:
-        lines = Path(where).expanduser().read_text().splitlines()
-    except (OSError, UnicodeDecodeError) as err:
-        raise ValueError(f"{field}: cannot read the secret file {where}: {err}") from None
-    if not lines or not lines[0].strip():
-        raise ValueError(f"{field}: the secret file {where} is empty")
-    return lines[0].strip()
 
 
 def redact_secrets(section: dict) -> dict:
@@ -326,15 +302,13 @@ class GrpcConfig:
         """The actor secret (read from its reference when it is one)."""
         return resolve_secret("actor_token", self.actor_token)
 
-    def server_options(self) -> dict:
+    def server_options(self, *, resolve: bool = True) -> dict:
         """What both kinds of server need: credentials, TLS, limits, leases.
 
-        The secrets and the TLS material are read here, when a server starts.
+        The secrets and the TLS material are read here, when a server starts (``resolve``
+        False: the limits alone, for :meth:`shard_intake_options`).
         """
-        return {
-            "operator": self.resolved_token(),
-            "actor": self.resolved_actor_token(),
-            "tls": self.tls.server_tls(),
+        limits = {
             "max_bytes": self.max_message_bytes,
             "max_workers": self.max_workers,
             "lease_s": self.writer_lease_s,
@@ -344,12 +318,54 @@ class GrpcConfig:
             "receive_s": self.receive_timeout_s,
             "calls_per_peer": self.calls_per_peer,
         }
+        if not resolve:
+            return limits
+        return {
+            "operator": self.resolved_token(),
+            "actor": self.resolved_actor_token(),
+            "tls": self.tls.server_tls(),
+            **limits,
+        }
 
-    def shard_intake_options(self) -> dict:
+    def shard_intake_options(self, spilled: Mapping[str, str] | None = None) -> dict:
         """Where and how replay shards serve direct writes (see ``ReplayShard.start_intake``).
 
         Each shard binds ``grpc.host`` where its node has that address, else its node's own
         IP of the same family (never every interface unless ``host`` is a wildcard), and
         advertises the address it bound (a wildcard: its node's IP).
+
+        The options travel as Ray call arguments, so they carry no secret: the credentials
+        as their ``env:``/``file:`` references and TLS as its files' paths, which each shard
+        reads on its own node (``replay.wire.secrets.served_options``). A literal secret
+        (loopback only) goes as the ``file:`` reference ``spilled`` maps its field to (a
+        private file the driver wrote, ``services.grpc.spill``).
+
+        Args:
+            spilled: ``{"token" | "actor_token": "file:PATH"}`` for literal secrets.
+
+        Raises:
+            ValueError: A literal secret that ``spilled`` does not name.
+
+        Examples:
+            >>> config = GrpcConfig(token="env:OPERATOR", tls=TlsConfig("c", "k"))
+            >>> options = config.shard_intake_options()
+            >>> options["operator"], options["actor"], options["tls_files"]
+            ('env:OPERATOR', None, ('c', 'k', None))
         """
-        return {**self.server_options(), "host": self.host}
+        spilled = spilled or {}
+        refs = {}
+        for option, field in (("operator", "token"), ("actor", "actor_token")):
+            secret = getattr(self, field)
+            if secret is not None and not is_reference(secret):
+                if field not in spilled:
+                    raise ValueError(f"{field}: a literal secret is never sent to a shard")
+                secret = spilled[field]
+            refs[option] = secret
+        tls = self.tls
+        files = None
+        if tls.enabled:
+            files = tuple(
+                str(Path(p).expanduser()) if p else None
+                for p in (tls.cert_file, tls.key_file, tls.client_ca_file)
+            )
+        return {**self.server_options(resolve=False), **refs, "tls_files": files, "host": self.host}

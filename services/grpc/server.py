@@ -83,6 +83,24 @@ def redacted_config(config: dict) -> dict:
     return out
 
 
+# What an external actor reads of the run's config: the env to build, its rollout settings and
+# the network's shape; nothing else (env_kwargs may carry an env's own secrets).
+ACTOR_FIELDS = {"collector": ("env_id", "n_step", "gamma"), "learner": ("hidden_sizes",)}
+
+
+def actor_config(config: dict) -> dict:
+    """The run config as ``GetStatus`` returns it to the actor credential (:data:`ACTOR_FIELDS`).
+
+    Examples:
+        >>> actor_config({"collector": {"env_id": "CartPole-v1", "env_kwargs": {"key": "k"}}})
+        {'collector': {'env_id': 'CartPole-v1'}, 'learner': {}}
+    """
+    return {
+        section: {k: config[section][k] for k in fields if k in config.get(section, {})}
+        for section, fields in ACTOR_FIELDS.items()
+    }
+
+
 class GrpcServer:
     """The server, started on construction.
 
@@ -107,6 +125,7 @@ class GrpcServer:
     ) -> None:
         self.config = config
         self.inbox = inbox
+        self.spilled = None  # the literal secrets' files for the shards (direct writes)
         options = config.server_options()  # reads the secrets and the TLS files now
         keep_freed_memory()  # every batch arrives in fresh megabytes (see replay.wire.heap)
         operator, actor = options["operator"], options["actor"]
@@ -119,8 +138,10 @@ class GrpcServer:
             calls_per_peer=config.calls_per_peer,
         )
         config_json = json.dumps(redacted_config(run_config or {}))
+        actor_json = json.dumps(actor_config(run_config or {}))
         control_grpc.add_ControlServicer_to_server(
-            ControlServicer(inbox, run_name, config_json), self.server
+            ControlServicer(inbox, run_name, config_json, actor_json, operator=operator),
+            self.server,
         )
         leases = WriterLeases(
             lease_s=config.writer_lease_s, frames_per_s=config.writer_frames_per_s
@@ -178,8 +199,14 @@ class GrpcServer:
         if self.inbox.refusal is not None:
             return
         from services.grpc.direct import DirectWrites
+        from services.grpc.spill import SpilledSecrets
 
-        options = {**self.config.shard_intake_options(), "spec": self.experience.spec}
+        # The shards get references to the secrets, never the secrets (services.grpc.spill).
+        self.spilled = SpilledSecrets(self.config)
+        options = {
+            **self.config.shard_intake_options(self.spilled.refs),
+            "spec": self.experience.spec,
+        }
         options["published_version"] = self.inbox.published_version
         direct = DirectWrites(controller.shards, options)
         self.inbox.attach_direct(direct)
@@ -203,6 +230,8 @@ class GrpcServer:
         self.server.stop(self.config.grace_s).wait(self.config.grace_s + 1.0)
         self.planes.close()
         self.experience.close()
+        if self.spilled is not None:
+            self.spilled.close()
         logger.info("gRPC server at %s stopped", self.address)
 
 

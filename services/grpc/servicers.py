@@ -9,6 +9,7 @@ come from the object store.
 from __future__ import annotations
 
 import concurrent.futures
+import hmac
 import logging
 import threading
 import time
@@ -44,13 +45,36 @@ class ControlServicer(control_grpc.ControlServicer):
     Args:
         inbox: The driver's inbox.
         run_name: The run's name.
-        config_json: The run's config as JSON (token redacted).
+        config_json: The run's config as JSON, its secrets hidden (the operator's view).
+        actor_json: What of it the actor credential sees (``services.grpc.server.actor_config``).
+
+    Keyword Args:
+        operator: The operator secret; a caller that does not send it gets ``actor_json``
+            (None: no credential is configured, every caller is the operator).
     """
 
-    def __init__(self, inbox: Inbox, run_name: str, config_json: str) -> None:
+    def __init__(
+        self,
+        inbox: Inbox,
+        run_name: str,
+        config_json: str,
+        actor_json: str = "{}",
+        *,
+        operator: str | None = None,
+    ) -> None:
         self.inbox = inbox
         self.run_name = run_name
         self.config_json = config_json
+        self.actor_json = actor_json
+        self.operator = f"Bearer {operator}".encode() if operator else None
+
+    def _config_for(self, context) -> str:
+        """The config view of the caller's credential."""
+        if self.operator is None:
+            return self.config_json
+        given = str(dict(context.invocation_metadata() or ()).get("authorization", ""))
+        operator = hmac.compare_digest(given.encode(), self.operator)
+        return self.config_json if operator else self.actor_json
 
     def GetStatus(self, request, context):
         """Counters as of the driver's last loop boundary, replay sizes asked of the shards now."""
@@ -84,7 +108,7 @@ class ControlServicer(control_grpc.ControlServicer):
             replay=shards,
             last_checkpoint=status.get("last_checkpoint", ""),
             epsilon=status.get("epsilon", 1.0),
-            config_json=self.config_json,
+            config_json=self._config_for(context),
             stop_reason=status.get("stop_reason", ""),
         )
 
