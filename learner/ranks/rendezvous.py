@@ -46,9 +46,9 @@ def open_store(
     for attempt in range(attempts):
         try_port = port if attempt == 0 else 0
         try:
-            listen: dict[str, int] = {}
+            fd = None
             if address.startswith("127."):
-                listen["master_listen_fd"], try_port = loopback_listener(address, try_port)
+                fd, try_port = loopback_listener(address, try_port)
             return dist.TCPStore(
                 address,
                 try_port,
@@ -56,13 +56,13 @@ def open_store(
                 is_master=True,
                 timeout=timeout,
                 wait_for_workers=False,
-                **listen,
+                master_listen_fd=fd,
             )
         except (RuntimeError, OSError) as err:  # DistNetworkError is a RuntimeError
             last = err
-            if "master_listen_fd" in listen:  # the store never took it
+            if fd is not None:  # the store never took it
                 with contextlib.suppress(OSError):
-                    os.close(listen["master_listen_fd"])
+                    os.close(fd)
             logger.warning(
                 "rendezvous: store on %s:%d failed (attempt %d/%d): %s",
                 address,

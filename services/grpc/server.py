@@ -43,6 +43,7 @@ from services.driver.views import InboxView
 from services.grpc import control_pb2 as control_pb
 from services.grpc import control_pb2_grpc as control_grpc
 from services.grpc.servicers import ControlServicer, ExperienceServicer
+from services.grpc.spill import SpilledSecrets
 
 logger = logging.getLogger(__name__)
 
@@ -125,7 +126,9 @@ class GrpcServer:
     ) -> None:
         self.config = config
         self.inbox = inbox
-        self.spilled = None  # the literal secrets' files for the shards (direct writes)
+        self.spilled: SpilledSecrets | None = (
+            None  # the literal secrets' files for the shards (direct writes)
+        )
         options = config.server_options()  # reads the secrets and the TLS files now
         keep_freed_memory()  # every batch arrives in fresh megabytes (see replay.wire.heap)
         operator, actor = options["operator"], options["actor"]
@@ -199,7 +202,6 @@ class GrpcServer:
         if self.inbox.refusal is not None:
             return
         from services.grpc.direct import DirectWrites
-        from services.grpc.spill import SpilledSecrets
 
         # The shards get references to the secrets, never the secrets (services.grpc.spill).
         self.spilled = SpilledSecrets(self.config)
