@@ -305,7 +305,7 @@ def _bind(server: grpc.Server, host: str, tls, node_ip: str) -> tuple[int, str]:
     """Binds ``host`` (a wildcard: advertising ``node_ip``), else ``node_ip`` of its family."""
     if host in WILDCARDS:
         port = bind(server, host or "0.0.0.0", 0, tls)
-        advertise = node_ip
+        advertise = _reachable(node_ip)
     else:
         port, advertise = bind(server, host, 0, tls), host
         if port == 0 and _same_family(host, node_ip):  # the address is another node's
@@ -313,6 +313,22 @@ def _bind(server: grpc.Server, host: str, tls, node_ip: str) -> tuple[int, str]:
     if port == 0:
         raise OSError(f"grpc.host: a replay shard cannot bind {host} (nor {node_ip})")
     return port, advertise
+
+
+def _reachable(node_ip: str) -> str:
+    """The address clients on other machines dial for a shard bound to a wildcard.
+
+    ``node_ip``, or this host's routable address where it is loopback (an embedded Ray's node,
+    ``replay.local_ray.loopback_node``).
+    """
+    try:
+        if not ipaddress.ip_address(node_ip).is_loopback:
+            return node_ip
+    except ValueError:
+        return node_ip
+    from ray._common.network_utils import node_ip_address_from_perspective
+
+    return node_ip_address_from_perspective()
 
 
 def _same_family(host: str, node_ip: str) -> bool:
