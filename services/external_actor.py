@@ -12,7 +12,9 @@ The actor trusts only its own host: its env comes from its own command line (``-
 gymnasium id or a ``module:function`` factory, and ``--env-kwargs``). Without ``--env`` it uses
 the run's env id from ``GetStatus`` only if that is a registered gymnasium id (a plain
 ``Name-v1``, no module to import) or one the actor was allowed with ``--allow-env``; anything
-else (say ``os:system``) is refused with exit code 2 before it is called. TLS: ``--ca-file``
+else (say ``os:system``) is refused with exit code 2 before it is called. The run's
+``env_kwargs`` reach only the operator credential's ``GetStatus``: with the actor credential,
+give them with ``--env-kwargs``. TLS: ``--ca-file``
 (and ``--cert-file``/``--key-file`` for mutual TLS).
 
 Examples:
