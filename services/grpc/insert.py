@@ -43,6 +43,8 @@ from replay.wire.service import receipt_message
 from services.driver.inbox import Inbox
 
 SHARED_MIN_BYTES = 100 << 10
+# Batches one stream keeps uncounted, in windows of shard calls (then it waits for the count).
+SETTLE_AHEAD = 4
 
 
 @dataclasses.dataclass
@@ -214,6 +216,9 @@ class InsertStream:
         self.items.append(item)
         while self.items and self.items[0].counted.done():
             self._settle(self.items.popleft())
+        if len(self.items) > SETTLE_AHEAD * self.window:  # the driver lags: wait for its count
+            with self.inbox.expedite():
+                self._settle(self.items.popleft())
 
     def _settle(self, item: Pending) -> None:
         """Keeps a counted batch's wire receipt and count, and lets the batch go."""
