@@ -19,9 +19,10 @@ The driver keeps its say, mirrored in every shard by an :class:`IntakeGate`:
   batches are stored; ``total_frames`` in the reply is the run's count as last pushed.
 
 Bad input gets the driver's answers, from the same code (:mod:`replay.wire`): INVALID_ARGUMENT
-naming the key or field, UNAUTHENTICATED without a credential, PERMISSION_DENIED for another
-caller's writer id, RESOURCE_EXHAUSTED beyond the stream or rate limits; a batch routed to the
-wrong shard is refused naming ``seq``. A batch naming a policy version the shard has not heard
+naming the key or field, UNAUTHENTICATED without a credential, RESOURCE_EXHAUSTED beyond the
+stream or rate limits (and a writer id is scoped to its caller alike, see
+:mod:`replay.wire.leases`: one dedup state per writer on both paths); a batch routed to the wrong
+shard is refused naming ``seq``. A batch naming a policy version the shard has not heard
 of yet waits a moment for the driver's next word (:data:`VERSION_WAIT_S`) before it is refused.
 
 A shard binds the interface the operator chose (``grpc.host``) where its node has it, else its
