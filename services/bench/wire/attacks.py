@@ -10,11 +10,12 @@ beside the others), before the honest writer shuts the intake gate, and stores a
   client) must be served at once (``restart_reclaim_ms``);
 - **hog**: one actor-credential client writes ``--hog-writers`` writer ids in one stream (more
   than the 4,096 leases a server keeps) and opens Insert streams until it is refused; a writer
-  with another credential must still be served (``hog_honest_code`` OK) and a new actor
-  writer too (``hog_peer_code``);
-- **long stream**: one stream of ``--long-stream-mb`` MiB in batches of 1 MiB; the driver's
-  memory must not grow with it (``long_stream_rss_growth_mb``, the driver's largest RSS during
-  the stream over its RSS before).
+  with another credential must still be served meanwhile (``hog_honest_code`` OK), and a new
+  writer with the hog's credential once its streams are gone (``hog_peer_code`` OK: the lease
+  book makes room);
+- **long stream**: a stream of 8 batches of 1 MiB, then one of ``--long-stream-mb`` MiB; the
+  driver's memory must not grow with the second (``long_stream_rss_growth_mb``, its RSS after
+  the long stream over its RSS after the short one).
 """
 
 from __future__ import annotations
@@ -68,7 +69,7 @@ def frames_stored(args) -> int:
     """Frames these attacks store at most (what the run's gate must let in before it shuts)."""
     poison = 6 * 8 + 8 * 8 + 8  # the poisoner's, the victim's, the restarted victim's
     hog = args.hog_writers + 8 + 8
-    return poison + hog + args.long_stream_mb * BATCH_ITEMS
+    return poison + hog + (8 + args.long_stream_mb) * BATCH_ITEMS
 
 
 def poison(address: str, ca: str, actor: str, transitions) -> dict:
@@ -128,40 +129,53 @@ def hog(address: str, ca: str, actor: str, operator: str, transitions, args) -> 
             refused.wait(0.05)  # a refused stream is answered at once
         try:
             out["hog_streams_held"] = len(streams) - 1 if refused.is_set() else len(streams)
-            for name, client in (("hog_honest", honest), ("hog_peer", peer)):
-                started = time.perf_counter()
-                batch = client.batch(transitions(8), seq=0)
-                try:
-                    out["frames"] += client.insert([batch]).frames_counted
-                    out[f"{name}_code"] = "OK"
-                except grpc.RpcError as err:
-                    out[f"{name}_code"] = err.code().name
-                out[f"{name}_ms"] = round((time.perf_counter() - started) * 1000, 1)
+            _write(out, "hog_honest", honest, transitions)  # another credential, streams held
         finally:
             release.set()
             for future in streams:
                 future.exception(timeout=90)
+        _write(out, "hog_peer", peer, transitions)  # the hog's credential, after its leases
     return out
 
 
+def _write(out: dict, name: str, client: RelayClient, transitions) -> None:
+    """One batch of 8 by ``client``: its status and milliseconds in ``out``."""
+    started = time.perf_counter()
+    try:
+        out["frames"] += client.insert([client.batch(transitions(8), seq=0)]).frames_counted
+        out[f"{name}_code"] = "OK"
+    except grpc.RpcError as err:
+        out[f"{name}_code"] = err.code().name
+    out[f"{name}_ms"] = round((time.perf_counter() - started) * 1000, 1)
+
+
 def long_stream(address: str, ca: str, actor: str, transitions, args, poller) -> dict:
-    """``--long-stream-mb`` MiB in one stream; the driver's RSS before and during it."""
-    before = len(poller.rss)
-    with RelayClient(address, token=actor, ca_file=ca, writer_id="long") as client:
-        batch = transitions(BATCH_ITEMS, 3)
+    """A short stream, then ``--long-stream-mb`` MiB in one; the driver's RSS after each.
 
-        def batches():
-            for seq in range(args.long_stream_mb):
-                yield client.batch(batch, seq=seq)
+    The short one (8 batches) sets the working set (the driver keeps freed buffers for reuse,
+    ``replay.wire.heap``); the long one must not add to it.
+    """
+    batch = transitions(BATCH_ITEMS, 3)
+    frames, peaks, seconds = 0, [], 0.0
+    for name, count in (("short", 8), ("long", args.long_stream_mb)):
+        with RelayClient(address, token=actor, ca_file=ca, writer_id=f"{name}-stream") as client:
 
-        started = time.perf_counter()
-        reply = client.experience.Insert(batches(), metadata=client.metadata, timeout=600)
-        seconds = time.perf_counter() - started
-    during = poller.rss[before:] or poller.rss[-1:]
-    baseline = poller.rss[before - 1] if before else during[0]
+            def batches(c=client, n=count):
+                for seq in range(n):
+                    yield c.batch(batch, seq=seq)
+
+            started = time.perf_counter()
+            frames += client.experience.Insert(
+                batches(), metadata=client.metadata, timeout=600
+            ).frames_counted
+            seconds = time.perf_counter() - started
+        seen = len(poller.rss)
+        while len(poller.rss) < seen + 5:  # samples after the stream (one per poll)
+            time.sleep(0.02)
+        peaks.append(max(poller.rss[-5:]))
     return {
+        "frames": frames,
         "long_stream_mb": args.long_stream_mb,
         "long_stream_s": round(seconds, 2),
-        "frames": reply.frames_counted,
-        "long_stream_rss_growth_mb": round((max(during) - baseline) / 1024, 1),
+        "long_stream_rss_growth_mb": round((peaks[1] - peaks[0]) / 1024, 1),
     }
