@@ -19,9 +19,10 @@ The driver keeps its say, mirrored in every shard by an :class:`IntakeGate`:
   batches are stored; ``total_frames`` in the reply is the run's count as last pushed.
 
 Bad input gets the driver's answers, from the same code (:mod:`replay.wire`): INVALID_ARGUMENT
-naming the key or field, UNAUTHENTICATED without a credential, PERMISSION_DENIED for another
-caller's writer id, RESOURCE_EXHAUSTED beyond the stream or rate limits; a batch routed to the
-wrong shard is refused naming ``seq``. A batch naming a policy version the shard has not heard
+naming the key or field, UNAUTHENTICATED without a credential, RESOURCE_EXHAUSTED beyond the
+stream or rate limits (and a writer id is scoped to its caller alike, see
+:mod:`replay.wire.leases`: one dedup state per writer on both paths); a batch routed to the wrong
+shard is refused naming ``seq``. A batch naming a policy version the shard has not heard
 of yet waits a moment for the driver's next word (:data:`VERSION_WAIT_S`) before it is refused.
 
 A shard binds the interface the operator chose (``grpc.host``) where its node has it, else its
@@ -31,6 +32,7 @@ TLS and credentials (:func:`start_intake_server`).
 
 from __future__ import annotations
 
+import collections
 import ipaddress
 import logging
 import threading
@@ -184,28 +186,38 @@ class ShardInsertServicer:
         """Checks and stores each batch; answers with the receipts once all are stored.
 
         A batch is checked on the stream's thread and copied into the table on a writer thread
-        (numpy copies run without the GIL), so the next message is received meanwhile.
+        (numpy copies run without the GIL), so the next message is received meanwhile. A stored
+        batch leaves only its wire receipt (a few numbers) to the stream: its arrays, episodes
+        and write receipt are let go at once, so a stream's memory stays flat however long.
         """
         timeout = remaining_seconds(context)
         caller = caller_identity(context)
-        pending: list = []
+        pending: collections.deque = collections.deque()
+        answered: list[pb.WriteReceipt] = []
+        frames = 0
+
+        def settle(keep: int) -> None:
+            nonlocal frames
+            while len(pending) > keep:  # bounds the batches held in memory
+                receipt = pending.popleft().result()
+                answered.append(receipt_message(receipt))
+                frames += receipt.frames
+
         try:
             with ThreadPoolExecutor(max_workers=1, thread_name_prefix="intake-write") as writer:
                 for request in request_iterator:
                     checked = self._check(request, caller)
                     self.gate.enter(timeout)
                     pending.append(writer.submit(self._store, request, checked))
-                    if len(pending) > WRITES_AHEAD:  # bounds the batches held in memory
-                        pending[-WRITES_AHEAD - 1].result()
-                receipts = [future.result() for future in pending]
+                    del request, checked
+                    settle(WRITES_AHEAD)
+                settle(0)
         except grpc.RpcError:  # cancelled (the client left, or idle); what was stored stays
             return None
         except Exception as err:
             abort_refused(context, err)
         return pb.InsertReply(
-            receipts=[receipt_message(r) for r in receipts],
-            frames_counted=sum(r.frames for r in receipts),
-            total_frames=self.gate.total_frames,
+            receipts=answered, frames_counted=frames, total_frames=self.gate.total_frames
         )
 
     def _check(self, request, caller: Caller) -> tuple[str, dict]:

@@ -117,20 +117,24 @@ def bad(client: RelayClient, address: str, token: str) -> dict:
     # The server keeps serving: a good batch after the bad ones is stored (its seq 0 is fresh:
     # nothing of the refused batches, numbered 10,000, was stored).
     kept = client.insert([client.batch(good)])
-    # The writer id is now this client's: another client with the same credential is refused,
-    # and this one may not jump its seq far ahead (later batches would pass for retries).
+    after_good = replay_size(client)
+    # Another client with the same credential and writer id writes a writer of its own (its
+    # lease scopes it): its seqs ahead of this client's poison nothing, and this one may not
+    # jump its seq far ahead (later batches would pass for retries).
     impostor = RelayClient(address, token=token, writer_id=client.writer_id)
-    cases["impostor"] = refused(lambda: impostor.insert([impostor.batch(good, seq=1)]))
+    cases["impostor"] = refused(lambda: impostor.insert([impostor.batch(good, seq=900)]))
     impostor.close()
     cases["seq_jump"] = refused(lambda: client.insert([client.batch(good, seq=10**15)]))
     retry = client.insert([client.batch(good, seq=0)])
+    after_poison = client.insert([client.batch(good, seq=1)])
     return {
         "cases": cases,
         "replay_before": before,
         "replay_between": between,
         "frames_before": frames_before,
         "frames_between": frames_between,
-        "replay_after_good": replay_size(client),
+        "replay_after_good": after_good,
+        "after_poison": [r.duplicate for r in after_poison.receipts],
         "good_counted": kept.frames_counted,
         "retry_duplicate": [r.duplicate for r in retry.receipts],
         "replay_end": replay_size(client),

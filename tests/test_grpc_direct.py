@@ -10,11 +10,13 @@ the run.
 
 from __future__ import annotations
 
+import gc
 import os
 import signal
 import socket
 import threading
 import time
+import tracemalloc
 from pathlib import Path
 
 import grpc
@@ -177,6 +179,52 @@ def test_a_shard_refuses_bad_input_and_keeps_serving(run):
     run["next_seq"] = seq + 1  # a writer's seq only grows: lower ones would be retries
     channel.close()
     owner_channel.close()
+
+
+def test_a_writer_poisoned_on_a_shard_writes_on_through_the_driver(run):
+    """Seqs sent straight to a shard under a real writer's id poison nothing on the driver path."""
+    client = run["client"]
+    frames = client.status().frames
+    options = {"ca_file": run["ca"], "writer_id": "poisoned"}
+    with (
+        RelayClient(run["server"].address, token=ACTOR_TOKEN, **options) as poisoner,
+        RelayClient(run["server"].address, token=ACTOR_TOKEN, **options) as real,
+    ):
+        ahead = [poisoner.batch(transitions(8), seq=s) for s in (5, 6, 7, 900)]
+        assert poisoner.insert_direct(ahead).frames_counted == 32  # stored as its own writer
+        reply = real.insert([real.batch(transitions(8), seq=s) for s in range(8)])  # the driver
+    assert [r.duplicate for r in reply.receipts] == [False] * 8 and reply.frames_counted == 64
+    until(lambda: client.status().frames == frames + 96, what="both writers counted")
+
+
+def test_a_long_stream_through_the_driver_holds_flat_memory(run):
+    """Over 50 MB in one Insert stream through the driver: its kept state does not grow."""
+    from services.grpc.insert import Pending
+
+    arrays = transitions(4000)  # 232 kB, under grpc.max_message_mb=0.25
+    held: dict[int, tuple[int, int]] = {}
+    with RelayClient(
+        run["server"].address, token=ACTOR_TOKEN, ca_file=run["ca"], writer_id="long"
+    ) as client:
+        size = len(client.batch(arrays, seq=0).SerializeToString())
+
+        def messages():
+            for seq in range(220):
+                yield client.batch(arrays, seq=seq)
+                if seq in (40, 219):
+                    alive = sum(type(o) is Pending for o in gc.get_objects())
+                    held[seq] = (alive, tracemalloc.get_traced_memory()[0])
+
+        tracemalloc.start()
+        try:
+            reply = client.experience.Insert(messages(), metadata=client.metadata, timeout=120)
+        finally:
+            tracemalloc.stop()
+    assert reply.frames_counted == 220 * 4000 and 220 * size > 50e6
+    assert held[219][0] <= 24, held  # batches in flight and uncounted, not every batch sent
+    grown = held[219][1] - held[40][1]
+    print(f"driver stream: {220 * size / 1e6:.0f} MB sent, {grown / 1e6:.2f} MB more held")
+    assert grown < 3e6, f"{grown / 1e6:.1f} MB more held after {220 * size / 1e6:.0f} MB"
 
 
 def actor_process(run: dict, frames: int) -> CliRun:

@@ -7,7 +7,8 @@ Modules:
       meaning, writer ids); ``codecs``: arrays and weights to and from named tensors.
     * ``service``: what both servers answer alike (handlers, admission, refusal statuses,
       receipts); ``auth``: scoped credentials and the caller's identity; ``leases``: writer
-      ids owned by their caller, ``seq`` windows, rate limits; ``transport``: TLS, server
+      ids scoped to their caller (one dedup state per writer on the driver's path and the
+      shards'), ``seq`` windows, rate limits, fair shares per credential; ``transport``: TLS, server
       limits, keepalive, capped and watched Insert streams; ``planes``: threads and limits of
       their own for the operator, health checks and experience, receive deadlines.
     * ``heap``: freed megabyte buffers kept for reuse.

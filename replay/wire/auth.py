@@ -129,10 +129,14 @@ class Caller:
             itself is never kept).
         distinct: Whether the call carried a lease id or a client certificate (callers that
             share a credential and send neither cannot be told apart).
+        principal: A short hash of the credential and client certificate alone: what one
+            secret's holder is, however many lease ids it makes up (its share of streams and
+            leases is capped); empty for a caller with neither (no credential configured).
     """
 
     owner: str
     distinct: bool
+    principal: str = ""
 
 
 def caller_identity(context) -> Caller:
@@ -140,9 +144,18 @@ def caller_identity(context) -> Caller:
     metadata = dict(context.invocation_metadata() or ())
     lease = str(metadata.get(LEASE_METADATA, ""))
     certificates = context.auth_context().get("x509_pem_cert", ())
+    credential = str(metadata.get("authorization", ""))
+    principal = hashlib.sha256(b"principal\0" + credential.encode() + b"\0")
+    for certificate in certificates:
+        principal.update(certificate + b"\0")
     digest = hashlib.sha256()
-    for part in (str(metadata.get("authorization", "")), lease):
+    for part in (credential, lease):
         digest.update(part.encode() + b"\0")
     for certificate in certificates:
         digest.update(certificate + b"\0")
-    return Caller(digest.hexdigest()[:16], bool(lease or certificates))
+    named = bool(credential or certificates)
+    return Caller(
+        digest.hexdigest()[:16],
+        bool(lease or certificates),
+        principal.hexdigest()[:16] if named else "",
+    )

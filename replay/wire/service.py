@@ -21,8 +21,14 @@ import numpy as np
 
 from replay.wire import experience_pb2 as pb
 from replay.wire.auth import Caller
-from replay.wire.batches import BatchError, ExternalReceipt, TransitionSpec, check_insert
-from replay.wire.leases import Refused, WriterLeases
+from replay.wire.batches import (
+    WRITER_PREFIX,
+    BatchError,
+    ExternalReceipt,
+    TransitionSpec,
+    check_insert,
+)
+from replay.wire.leases import Refused, WriterLeases, scoped_writer
 from replay.wire.reader import parse_insert
 from replay.wire.transport import StreamSlots
 
@@ -64,7 +70,10 @@ class Admission:
         self.max_version = max_version
 
     def check(self, request, caller: Caller) -> tuple[str, dict[str, np.ndarray]]:
-        """The replay writer id and arrays of ``request`` sent by ``caller``.
+        """The replay writer (scoped to ``caller``) and arrays of ``request`` sent by ``caller``.
+
+        The writer is :func:`replay.wire.leases.scoped_writer`'s: the driver and every shard
+        name a caller's writer alike, and no caller can write another's.
 
         Raises:
             BatchError: A batch the spec or a field check refuses (nothing is stored).
@@ -82,8 +91,14 @@ class Admission:
             clip_actions=self.clip_actions,
         )
         frames = len(next(iter(arrays.values())))
+        writer = scoped_writer(writer, caller.owner)
         self.leases.admit(
-            writer, request.seq, owner=caller.owner, frames=frames, anchored=not caller.distinct
+            writer,
+            request.seq,
+            owner=caller.owner,
+            frames=frames,
+            anchored=not caller.distinct,
+            principal=caller.principal or caller.owner,
         )
         return writer, arrays
 
@@ -130,11 +145,11 @@ def refusal_message(err: Exception) -> str:
 
 
 def receipt_message(receipt: ExternalReceipt) -> pb.WriteReceipt:
-    """The wire form of a stored batch's receipt."""
+    """The wire form of a stored batch's receipt (the writer as the client named it)."""
     write = receipt.write
     return pb.WriteReceipt(
         shard_id=write.shard_id,
-        writer_id=write.writer_id,
+        writer_id=WRITER_PREFIX + receipt.writer_id,
         seq=write.seq,
         items=write.num_items,
         write_count=write.write_count,

@@ -15,7 +15,11 @@ The driver's server (``services.grpc.server``) and every replay shard serving di
 - **Fairness** (:class:`StreamSlots`): every open Insert stream holds a worker thread, so at
   most ``max_workers - reserved`` of them run at once (a further one is answered
   RESOURCE_EXHAUSTED at once) and the reserved threads stay free for ``Control`` calls, health
-  checks and weights. A stream that sends nothing for ``idle_s`` seconds is cancelled.
+  checks and weights; one principal (a credential or client certificate) holds at most
+  :func:`streams_per_caller` of them, so another credential's writer always finds one (and a
+  principal's bytes in flight are bounded by its streams, each a few batches). A stream that
+  sends nothing for ``idle_s`` seconds is cancelled; a peer that vanished is found by keepalive
+  within ``KEEPALIVE_MS + KEEPALIVE_TIMEOUT_MS`` (its stream then ends like a closed one).
 """
 
 from __future__ import annotations
@@ -27,13 +31,13 @@ from pathlib import Path
 
 import grpc
 
-from replay.wire.auth import ScopedAuth
+from replay.wire.auth import ScopedAuth, caller_identity
 from replay.wire.planes import RECEIVE_S, Planes, Watchdog
 
 # Worker threads kept from Insert streams at most (for Control, health checks and weights).
 RESERVED_WORKERS = 4
-KEEPALIVE_MS = 30_000
-KEEPALIVE_TIMEOUT_MS = 10_000
+KEEPALIVE_MS = 10_000
+KEEPALIVE_TIMEOUT_MS = 5_000
 MAX_CONNECTION_AGE_MS = 3_600_000
 MAX_CONNECTION_IDLE_MS = 600_000
 CONNECTION_GRACE_MS = 30_000
@@ -147,8 +151,13 @@ def insert_streams(max_workers: int) -> int:
     return max(1, max_workers - min(RESERVED_WORKERS, max_workers // 2))
 
 
+def streams_per_caller(limit: int) -> int:
+    """Insert streams one principal holds at most of ``limit``: all but a quarter (at least 1)."""
+    return max(1, limit - max(1, limit // 4))
+
+
 class StreamSlots:
-    """Caps the Insert streams open at once and cancels streams that stay idle.
+    """Caps the Insert streams open at once (and per principal); cancels idle ones.
 
     Args:
         limit: Streams at once (:func:`insert_streams`).
@@ -156,6 +165,8 @@ class StreamSlots:
 
     Keyword Args:
         watchdog: The server's :class:`replay.wire.planes.Watchdog` (None: one of its own).
+        per_caller: Streams one principal holds at most (None: :func:`streams_per_caller`);
+            callers with no credential (none configured) are not told apart.
 
     Examples:
         >>> slots = StreamSlots(limit=1)
@@ -164,11 +175,18 @@ class StreamSlots:
     """
 
     def __init__(
-        self, limit: int, idle_s: float | None = None, *, watchdog: Watchdog | None = None
+        self,
+        limit: int,
+        idle_s: float | None = None,
+        *,
+        watchdog: Watchdog | None = None,
+        per_caller: int | None = None,
     ) -> None:
         self.limit = limit
         self.idle_s = idle_s
+        self.per_caller = per_caller or streams_per_caller(limit)
         self.open = 0
+        self.held: dict[str, int] = {}  # streams per principal
         self._lock = threading.Lock()
         self.watchdog = watchdog or Watchdog()
 
@@ -176,21 +194,36 @@ class StreamSlots:
         """Wraps a stream-unary handler ``behavior(request_iterator, context)``."""
 
         def guarded(request_iterator, context):
+            principal = caller_identity(context).principal
             with self._lock:
                 full = self.open >= self.limit
-                if not full:
+                mine = self.held.get(principal, 0) if principal else 0
+                hogged = mine >= self.per_caller
+                if not (full or hogged):
                     self.open += 1
+                    if principal:
+                        self.held[principal] = mine + 1
             if full:
                 context.abort(
                     grpc.StatusCode.RESOURCE_EXHAUSTED,
                     f"{self.limit} Insert streams are open, the most this server takes at once "
                     "(grpc.max_workers); retry later",
                 )
+            if hogged:
+                context.abort(
+                    grpc.StatusCode.RESOURCE_EXHAUSTED,
+                    f"this credential holds {mine} Insert streams, the most one credential may "
+                    f"hold of {self.limit} (the rest stay free for others); retry later",
+                )
             try:
                 return behavior(self._watched(request_iterator, context), context)
             finally:
                 with self._lock:
                     self.open -= 1
+                    if principal:
+                        self.held[principal] -= 1
+                        if not self.held[principal]:
+                            del self.held[principal]
 
         return guarded
 

@@ -145,8 +145,8 @@ class GrpcConfig:
             driver hop (``replay.intake``). The driver still gates and counts them.
         writer_frames_per_s: Frames per second each writer id may insert (RESOURCE_EXHAUSTED
             beyond; a burst of one second's worth); None: no limit.
-        writer_lease_s: Seconds a writer id stays its caller's after its last write
-            (``replay.wire.leases``); another caller using it meanwhile is refused.
+        writer_lease_s: Seconds a writer's lease (its ``seq`` window and rate) outlives its
+            last write (``replay.wire.leases``; writer ids are scoped to their caller).
         clip_actions: Clip Box actions into the action space instead of refusing batches
             whose actions lie outside it.
         stream_idle_s: An Insert stream that sends nothing for this many seconds is cancelled

@@ -12,14 +12,16 @@ Examples:
 
 Retries: every batch carries ``(writer_id, seq)``; the client numbers them 0, 1, 2, ... A batch
 sent again with the same writer id and ``seq`` (e.g. after UNAVAILABLE) is acknowledged, not
-stored twice. A restarted actor that starts again at 0 needs a new writer id (the default
-includes a random part), or it would be taken for a retry.
+stored twice. A restarted actor that starts again at 0 with a new client (so a new lease) is a
+new writer; one that keeps its ``lease`` must go on from its last ``seq``, or its batches would
+be taken for retries.
 
-Leases: a writer id belongs to the client that first wrote with it (``replay.wire.leases``):
-each client sends a random lease id (``x-relayrl-lease`` metadata) with its credential, and
-another client (another lease) using the same writer id is refused with PERMISSION_DENIED until
-the owner has been idle for ``grpc.writer_lease_s``. Pass the same ``lease`` to a client that
-takes over a writer id.
+Leases: a writer id is scoped to the client that writes with it (``replay.wire.leases``): each
+client sends a random lease id (``x-relayrl-lease`` metadata) with its credential, and its
+batches are stored as its own writer; another client (another lease) using the same writer id
+writes a writer of its own and cannot make this one's batches pass for retries. A restarted
+actor is served at once; pass the same ``lease`` to a client that takes over a writer id with
+its dedup state.
 
 TLS: with ``ca_file`` (the CA that signed the server's certificate) the channels are encrypted;
 with ``cert_file`` and ``key_file`` too, the client presents its own certificate (mutual TLS,

@@ -12,7 +12,8 @@ Memory is bounded by flow control: the queue holds at most ``window`` batches, s
 sender waits (the intake gate is shut, the shards are slow) the handler stops reading and gRPC
 stops the client; a batch's arrays are dropped once its shard call has taken them (Ray copies
 its arguments when the call is made), so a stream keeps at most a few messages beyond what is
-stored.
+stored, and a counted batch leaves only its wire receipt (a few numbers): its episodes and
+write receipt are let go as the stream goes on, so a stream's memory stays flat however long.
 
 Routing (``replay.wire.batches.shard_of``): batch ``seq`` of writer ``w`` goes to shard
 ``(crc32(w) + seq // ROUTE_GROUP) % shards``: a writer's batches take turns over every shard in
@@ -36,10 +37,14 @@ import ray
 
 from replay.client import ReplayClient
 from replay.shm import SharedBlocks
-from replay.wire.batches import ExternalReceipt, shard_of
+from replay.wire import experience_pb2 as pb
+from replay.wire.batches import WRITER_PREFIX, ExternalReceipt, shard_of
+from replay.wire.service import receipt_message
 from services.driver.inbox import Inbox
 
 SHARED_MIN_BYTES = 100 << 10
+# Batches one stream keeps uncounted, in windows of shard calls (then it waits for the count).
+SETTLE_AHEAD = 4
 
 
 @dataclasses.dataclass
@@ -48,7 +53,8 @@ class Pending:
 
     Attributes:
         arrays: The batch (None once its shard call has taken it).
-        writer: The replay writer id (``external/<client writer id>``).
+        writer: The replay writer (``external/<client writer id>@<caller>``, see
+            ``replay.wire.leases.scoped_writer``).
         seq: The client's batch number.
         client_writer: The client's writer id.
         episode_returns: Episodes the client reported finished in the batch.
@@ -117,7 +123,9 @@ class ReplayRoute:
         self._follow()
         groups: dict[tuple[int, bool], list] = collections.defaultdict(list)
         for item in items:
-            index = self.shard_of(item.writer, item.seq)
+            # Routed by the client's writer id (as the client routes direct writes), stored
+            # under the caller-scoped writer (``replay.wire.leases``).
+            index = self.shard_of(WRITER_PREFIX + item.client_writer, item.seq)
             shared = None
             if self.local[index] and item.nbytes >= SHARED_MIN_BYTES:
                 assert self.shared is not None and item.arrays is not None  # local: shared on
@@ -182,7 +190,10 @@ class InsertStream:
         self.inbox = inbox
         self.window = window
         self.timeout = timeout
-        self.items: list[Pending] = []
+        self.items: collections.deque[Pending] = collections.deque()  # not yet settled
+        self.answered: list[pb.WriteReceipt] = []
+        self.frames = 0
+        self.total_frames = 0
         self.error: BaseException | None = None
         self._queue: queue.Queue[Pending | None] = queue.Queue(maxsize=window)
         self._calls: collections.deque[concurrent.futures.Future] = collections.deque()
@@ -203,9 +214,24 @@ class InsertStream:
         except queue.Full:
             raise TimeoutError("external writes are held (rate limited or a checkpoint)") from None
         self.items.append(item)
+        while self.items and self.items[0].counted.done():
+            self._settle(self.items.popleft())
+        if len(self.items) > SETTLE_AHEAD * self.window:  # the driver lags: wait for its count
+            with self.inbox.expedite():
+                self._settle(self.items.popleft())
 
-    def finish(self) -> list[Pending]:
-        """Sends what is queued, waits until every batch is counted; returns them in order.
+    def _settle(self, item: Pending) -> None:
+        """Keeps a counted batch's wire receipt and count, and lets the batch go."""
+        total = item.counted.result(timeout=self.timeout)
+        self.answered.append(receipt_message(item.stored))
+        self.frames += item.stored.frames
+        self.total_frames = max(self.total_frames, total)
+
+    def finish(self) -> tuple[list[pb.WriteReceipt], int, int]:
+        """Sends what is queued, waits until every batch is counted.
+
+        Returns:
+            The batches' wire receipts in order, the frames they counted and the run's count.
 
         Raises:
             IntakeClosed, TimeoutError, ray.exceptions.RayError: As the sender or a shard met.
@@ -218,9 +244,9 @@ class InsertStream:
         if self.error is not None:
             raise self.error
         with self.inbox.expedite():
-            for item in self.items:
-                item.counted.result(timeout=self.timeout)
-        return self.items
+            while self.items:
+                self._settle(self.items.popleft())
+        return self.answered, self.frames, self.total_frames
 
     def close(self) -> None:
         """Lets the sender thread end (what it already took is still sent, the rest dropped)."""

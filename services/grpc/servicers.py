@@ -25,7 +25,6 @@ from replay.wire.service import (
     Admission,
     IntakeClosed,
     abort_refused,
-    receipt_message,
     remaining_seconds,
 )
 from services.config import ConfigError
@@ -237,12 +236,8 @@ class ExperienceServicer(pb_grpc.ExperienceServicer):
                         tuple(request.episode_lengths),
                     )
                 )
-            items = stream.finish()
-            return pb.InsertReply(
-                receipts=[receipt_message(item.stored) for item in items],
-                frames_counted=sum(item.stored.frames for item in items),
-                total_frames=max((item.counted.result() for item in items), default=0),
-            )
+            receipts, frames, total = stream.finish()
+            return pb.InsertReply(receipts=receipts, frames_counted=frames, total_frames=total)
         except ray.exceptions.RayError as err:
             context.abort(grpc.StatusCode.UNAVAILABLE, f"replay write failed: {err}")
         except grpc.RpcError:  # the client went away; what it sent is still stored and counted

@@ -7,9 +7,11 @@ actor credential send what a hostile or broken actor could, and another client p
 
 1. quiet: the poller alone (the baseline of ``GetStatus`` latency and the driver's memory);
 2. hostile messages, one after the other: a message of ``--packed-mb`` MiB that is one packed
-   field (``Tensor.shape``), an oversized ``writer_id``, another caller's writer id, a ``seq``
-   far ahead, a NaN episode return (each must come back INVALID_ARGUMENT, PERMISSION_DENIED or
-   RESOURCE_EXHAUSTED, in bounded time, with nothing stored);
+   field (``Tensor.shape``), an oversized ``writer_id``, a ``seq`` far ahead, a NaN episode
+   return (each must come back INVALID_ARGUMENT or RESOURCE_EXHAUSTED, in bounded time, with
+   nothing stored); then :mod:`services.bench.wire.attacks`: a poisoned writer id and a
+   restarted writer, one credential hogging leases and streams, one long stream
+   (``status_p99_poison_ms``, ``status_p99_hog_ms``, ``status_p99_long_stream_ms``);
 3. at once: the honest writer's batches (retried, same ``seq``, while the server refuses with
    RESOURCE_EXHAUSTED), ``--idle-streams`` Insert streams that send nothing, and
    ``--checkpoint-calls`` Checkpoint calls with 10 ms deadlines (operator credential);
@@ -42,6 +44,8 @@ from pathlib import Path
 import grpc
 import numpy as np
 
+from services.bench.wire import attacks
+from services.bench.wire.attacks import code_of, length_field, transitions
 from services.bench.wire.certs import make_pki
 from services.bench.wire.halfopen import half_open
 from services.grpc import control_pb2 as control_pb
@@ -60,40 +64,6 @@ TARGETS = {
 def log(message: str) -> None:
     """Progress to stderr."""
     print(f"[hostile] {message}", file=sys.stderr, flush=True)
-
-
-def transitions(n: int, seed: int = 0) -> dict[str, np.ndarray]:
-    """A CartPole batch of ``n`` transitions (what the run's spec takes)."""
-    rng = np.random.default_rng(seed)
-    observation = rng.normal(size=(n, 4)).astype(np.float32)
-    return {
-        "observation": observation,
-        "action": rng.integers(0, 2, size=n),
-        "reward": np.ones(n, np.float32),
-        "next_observation": observation + 0.01,
-        "terminated": np.zeros(n, bool),
-        "truncated": np.zeros(n, bool),
-        "n_step_discount": np.full(n, 0.99**3, np.float32),
-        "policy_version": np.zeros(n, np.int64),
-    }
-
-
-def length_field(number: int, payload: bytes) -> bytes:
-    """A length-delimited protobuf field, written by hand."""
-    out, value = bytearray([number << 3 | 2]), len(payload)
-    while value >= 0x80:
-        out.append(value & 0x7F | 0x80)
-        value >>= 7
-    return bytes(out) + bytes([value]) + payload
-
-
-def code_of(call) -> str:
-    """The status name a call ends with."""
-    try:
-        call()
-    except grpc.RpcError as err:
-        return err.code().name
-    return "OK"
 
 
 class Poller(threading.Thread):
@@ -133,6 +103,7 @@ class Poller(threading.Thread):
 
 def start_run(work: Path, pki: dict, args) -> tuple[subprocess.Popen, str, tuple[str, str]]:
     """The attacked run; returns the process, its gRPC address and its two secrets."""
+    extra = attacks.frames_stored(args)  # the attacks' frames, before the gate may shut
     actor_secret = work / "actor.secret"
     actor_secret.write_text("actor-" + os.urandom(8).hex() + "\n")
     env = {**os.environ, "RELAYRL_BENCH_OPERATOR": "operator-" + os.urandom(8).hex()}
@@ -146,7 +117,8 @@ def start_run(work: Path, pki: dict, args) -> tuple[subprocess.Popen, str, tuple
         f"grpc.max_message_mb={args.max_message_mb}",
         f"grpc.stream_idle_s={args.idle_s}",
         "controller.total_frames=1000000000",
-        f"controller.init_random_frames={args.honest_batches * HONEST_BATCH}",
+        f"grpc.calls_per_peer={args.calls_per_peer}",
+        f"controller.init_random_frames={args.honest_batches * HONEST_BATCH + extra}",
         "controller.utd_ratio=1000",
         "controller.max_lag_steps=64",
         "learner.global_batch_size=32",
@@ -185,17 +157,15 @@ def refusals(address: str, ca: str, actor: str, args) -> dict[str, list]:
     out: dict[str, list] = {}
     with (
         RelayClient(address, token=actor, ca_file=ca, writer_id="owner") as owner,
-        RelayClient(address, token=actor, ca_file=ca, writer_id="owner") as impostor,
     ):
         raw = owner.channel.stream_unary("/relayrl.v1.Experience/Insert", request_serializer=bytes)
-        owner.insert([transitions(8, 1)])  # "owner" is now this client's writer id
+        owner.insert([transitions(8, 1)])
         good = transitions(8, 2)
         packed = length_field(3, length_field(3, b"\x01" * (args.packed_mb << 20)))
         long_id = length_field(1, b"w" * (1 << 20))  # both built before the clock starts
         messages = {
             "packed_field": lambda: raw(iter([packed]), metadata=owner.metadata),
             "oversized_writer_id": lambda: raw(iter([long_id]), metadata=owner.metadata),
-            "impostor_writer_id": lambda: impostor.insert([impostor.batch(good, seq=1)]),
             "seq_jump": lambda: owner.insert([owner.batch(good, seq=10**15)]),
             "nan_return": lambda: owner.insert(
                 [owner.batch(good, episode_returns=[float("nan")], episode_lengths=[8])]
@@ -314,6 +284,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-message-mb", type=float, default=64.0)
     parser.add_argument("--half-open", type=int, default=32, help="half-open calls per method")
     parser.add_argument("--half-open-s", type=float, default=5.0)
+    parser.add_argument("--hog-writers", type=int, default=4200)
+    parser.add_argument("--long-stream-mb", type=int, default=64)
+    parser.add_argument("--calls-per-peer", type=int, default=64, help="all clients: loopback")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="relayrl-hostile-") as tmp:
         work = Path(tmp)
@@ -329,6 +302,21 @@ def main(argv: list[str] | None = None) -> int:
                 baseline_kib = max(poller.rss[-10:])
                 poller.phase = "hostile"
                 refused = refusals(address, ca, actor, args)
+                attacked: dict = {}
+                attack_frames = 0
+                for phase, attack in (
+                    ("poison", lambda: attacks.poison(address, ca, actor, transitions)),
+                    ("hog", lambda: attacks.hog(address, ca, actor, operator, transitions, args)),
+                    ("long_stream", lambda: attacks.long_stream(
+                        address, ca, actor, transitions, args, poller)),
+                ):  # fmt: skip
+                    log(phase)
+                    poller.phase = phase
+                    result = attack()
+                    attack_frames += result.pop("frames")
+                    attacked.update(result)
+                    attacked[f"status_p99_{phase}_ms"] = poller.p99(phase)
+                poller.phase = "hostile"
                 rotation = work / "run" / "checkpoints"
                 before = len(list(rotation.glob("ckpt-*")))
                 log("crowd: idle streams, checkpoint calls and an honest writer at once")
@@ -338,6 +326,7 @@ def main(argv: list[str] | None = None) -> int:
                 last: dict = {}
                 honest_writer(address, ca, actor, 1, last, first_seq=args.honest_batches - 1)
                 honest_acked = crowded["honest"]["acked"] + last["acked"] + 8  # + "owner"'s
+                honest_acked += attack_frames
                 counted = status_client.status().external_frames  # answered once counted
                 log("flood: 1 MiB batches into the shut gate")
                 flooded = flood(address, ca, actor, args)
@@ -370,6 +359,7 @@ def main(argv: list[str] | None = None) -> int:
         "honest_retries": crowded["honest"]["retries"],
         **flooded,
         **opened,
+        **attacked,
         "max_message_mb": args.max_message_mb,
         "run_exit_code": exit_code,
     }
