@@ -46,16 +46,18 @@ def test_frames_spent_count_an_exploit_from_the_donors_frames_and_the_threshold_
 def test_the_bench_runs_both_searches_from_the_same_samples(ray_cluster, tmp_path, capsys):
     argv = ["tune", "--config", "deploy/configs/cartpole_ppo.yaml", "--threshold", "5"]
     argv += ["--population", "2", "--frames-per-trial", "2048", "--perturbation-frames", "512"]
-    argv += ["--max-concurrent", "2", "--out", str(tmp_path)]
+    argv += ["--out", str(tmp_path)]  # both trials at once (the default)
     argv += [arg for item in TINY for arg in ("--set", item)]
     assert bench_main(argv) == 0
     report = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     for name, scheduler in (("random", "fifo"), ("pbt", "pbt")):
         search = report[name]
         assert search["scheduler"] == scheduler and search["trials"] == 2, name
+        assert search["live_population"] == 2, name
         assert search["frames_spent"] >= 2 * 2048 and not search["errors"], name
         assert search["search_frames_to_threshold"] <= search["frames_spent"], name  # reached 5
         assert isinstance(search["best_return"], float), name
+        assert search["mean_final_return"] <= search["best_return"], name
         assert Path(search["dir"], "trials.csv").exists(), name
         assert all(t["final_frames"] >= 2048 for t in search["per_trial"].values()), name
     random_ = report["random"]

@@ -13,13 +13,18 @@ deliberately spread hyperparameters (``learner.lr`` log-uniform over [1e-5, 3e-3
   ``--perturbation-frames``.
 
 The sampler is seeded with ``--seed`` before each search, so both start from the same initial
-hyperparameters (``initial`` per trial in the report). Trials run to their budget (the
+hyperparameters (``initial`` per trial in the report) when the whole population runs at once
+(``--max-concurrent`` 0, the default). With fewer trials at once, Tune creates the next trials
+only as earlier ones end: PBT then exploits within each group that runs together
+(``live_population``), and its resampling draws from the same generator, so the later trials'
+initial values differ from the random search's. Trials run to their budget (the
 config's ``controller.stop_return`` is cleared) so the final returns compare.
 
 Definitions (per search, in the JSON line's ``random`` and ``pbt``):
 
 - ``best_return``: the best trial's final running mean return (``episode_return_mean`` over the
   config's episode window at the trial's last result; ``best.json``'s value).
+- ``mean_final_return``: the trials' final running mean returns, averaged.
 - ``frames_spent``: frames the search collected, summed over every trial's runs: each result's
   frames minus the trial's previous result (after a PBT exploit, minus the donor checkpoint's
   frames the receiver resumes from). Frames a run collects after its last result are not counted.
@@ -35,7 +40,7 @@ object is the last line of stdout; both tune directories are kept under ``--out`
 
 Examples:
     python -m services.bench tune --population 4 --frames-per-trial 1000000
-        --perturbation-frames 100000 --max-concurrent 2
+        --perturbation-frames 125000
     python -m services.bench tune --config deploy/configs/cartpole_ppo.yaml --threshold 100
         --population 2 --frames-per-trial 4096 --perturbation-frames 1024
 """
@@ -55,8 +60,10 @@ from pathlib import Path
 import numpy as np
 import yaml
 
+from learner.algorithms import featured_config
+
 ROOT = Path(__file__).resolve().parents[3]
-CONFIG = ROOT / "deploy" / "configs" / "lunarlander_ppo.yaml"
+CONFIG = ROOT / "deploy" / "configs" / featured_config("bench_tune")  # LunarLander, on-policy
 SPACE = {
     "learner.lr": {"loguniform": [1.0e-5, 3.0e-3]},
     "learner.onpolicy.ent_coef": {"uniform": [0.0, 0.05]},
@@ -76,7 +83,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--population", type=int, default=4, help="trials per search")
     parser.add_argument("--frames-per-trial", type=int, default=1_000_000)
     parser.add_argument("--perturbation-frames", type=int, default=100_000, help="PBT interval")
-    parser.add_argument("--max-concurrent", type=int, default=2, help="trials at once")
+    parser.add_argument(
+        "--max-concurrent", type=int, default=0, help="trials at once (0: the population)"
+    )
     parser.add_argument("--threshold", type=float, default=200.0, help="running mean return")
     parser.add_argument("--seed", type=int, default=0, help="sampler and runs' seed")
     parser.add_argument("--out", help="directory (default <storage root>/bench-tune-<time>)")
@@ -168,7 +177,8 @@ def run_one(name: str, args: argparse.Namespace, space: Path, out: Path) -> dict
     argv = ["--config", args.config, "--space", str(space), "--scheduler", scheduler]
     argv += ["--num-samples", str(args.population), "--max-frames", str(args.frames_per_trial)]
     argv += ["--perturbation-frames", str(args.perturbation_frames)]
-    argv += ["--max-concurrent", str(args.max_concurrent), "--dir", str(tune_dir)]
+    concurrent = args.max_concurrent or args.population
+    argv += ["--max-concurrent", str(concurrent), "--dir", str(tune_dir)]
     sets = [*BENCH_SETS, f"seed={args.seed}", *args.set]
     argv += [arg for item in sets for arg in ("--set", item)]
     targs = tune_cli.build_parser().parse_args(argv)
@@ -200,7 +210,9 @@ def run_one(name: str, args: argparse.Namespace, space: Path, out: Path) -> dict
         "best_return": final["best_return"],
         "best_trial": final["best_trial"],
         **figures,
+        "mean_final_return": _mean([row["final_return"] for row in trials.values()]),
         "trials": final["trials"],
+        "live_population": min(concurrent, args.population),
         "exploits": final["exploits"],
         "wall_s": round(wall, 1),
         "frames_per_s": round(figures["frames_spent"] / wall, 1) if wall else None,
@@ -209,6 +221,11 @@ def run_one(name: str, args: argparse.Namespace, space: Path, out: Path) -> dict
         "dir": final["dir"],
         "plot": final["plot"],
     }
+
+
+def _mean(values: list) -> float | None:
+    numbers = [v for v in values if isinstance(v, int | float)]
+    return round(sum(numbers) / len(numbers), 3) if numbers else None
 
 
 def compare(random_: dict, pbt: dict) -> dict:
