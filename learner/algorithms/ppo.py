@@ -147,6 +147,10 @@ REGISTERED = (
         ),
         gpu_check=GpuCheck(),
         bench={"determinism": ("learner.onpolicy.num_minibatches=4",)},
-        featured={"help_on_policy": "cartpole_ppo.yaml", "bench_startup": "cartpole_ppo.yaml"},
+        featured={
+            "help_on_policy": "cartpole_ppo.yaml",
+            "bench_startup": "cartpole_ppo.yaml",
+            "bench_tune": "lunarlander_ppo.yaml",
+        },
     ),
 )

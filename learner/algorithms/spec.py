@@ -165,8 +165,8 @@ class Algorithm:
         bench: The settings other benches run it with: bench name to ``--set`` overrides
             (``determinism``: ``services.bench determinism`` runs every algorithm that has it).
         featured: Shipped configs that commands and benches feature, by role: ``help`` and
-            ``help_on_policy`` (the examples help texts show), ``bench_elastic`` and
-            ``bench_startup`` (the configs those benches run); each role belongs to one
+            ``help_on_policy`` (the examples help texts show), ``bench_elastic``,
+            ``bench_startup`` and ``bench_tune`` (the configs those benches run); each role belongs to one
             registration.
         modules: Modules that belong to it beyond its registration and its loss module (e.g. a
             mixer); they may name it.

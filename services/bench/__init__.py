@@ -41,4 +41,7 @@ Subcommands (each prints progress to stderr and one JSON object as its last line
       importing torch), each in fresh processes (:mod:`services.bench.runtime.startup`).
     * ``async``: the asynchronous actor-learner loop (APPO) against the lockstep loop (PPO):
       frames/s, collector wait, policy lag (:mod:`services.bench.runtime.async_bench`).
+    * ``tune``: PBT against a random search with the same population and frames on LunarLander
+      PPO through ``services.search``: best final return, frames to a return of 200
+      (:mod:`services.bench.learning.tune`).
 """

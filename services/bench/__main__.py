@@ -23,6 +23,7 @@ SUBCOMMANDS = (
     "elastic",
     "startup",
     "async",
+    "tune",
 )
 # The module of each subcommand, under services.bench (``async`` is a Python keyword).
 MODULES = {
@@ -39,6 +40,7 @@ MODULES = {
     "elastic": "runtime.elastic",
     "startup": "runtime.startup",
     "async": "runtime.async_bench",
+    "tune": "learning.tune",
 }
 
 
