@@ -16,7 +16,7 @@ import time
 import urllib.request
 
 import grpc
-import psutil  # ships with ray (its thirdparty_files, on the path once ray is imported)
+import psutil
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 

@@ -157,7 +157,7 @@ def test_disagreeing_receipts_fail_the_generation(ray_cluster, shards):
 
 
 def test_store_uses_a_free_requested_port_and_falls_back_from_a_taken_one(free_port):
-    import psutil  # ships with ray
+    import psutil
 
     from learner.ranks.rendezvous import open_store
 
