@@ -51,6 +51,16 @@ def run_search(
         fixed["metrics.wandb.group"] = tune_dir.name
     spec = TrialSpec(raw=search["raw"], fixed=fixed, tune_dir=str(tune_dir), metric=args.metric)
     concurrent = min(args.max_concurrent or search["trials"], search["trials"])
+    if args.scheduler in ("pbt", "pb2") and concurrent < search["trials"]:
+        # Tune creates trials as earlier ones end, so exploits only reach the trials running.
+        logger.warning(
+            "--max-concurrent %d < %d trials: %s's population is the trials running at once, "
+            "so they run as separate populations of at most %d",
+            concurrent,
+            search["trials"],
+            args.scheduler,
+            concurrent,
+        )
     started_ray = not ray.is_initialized()
     if started_ray:
         resources = trial_resources(config)["cpu"]
