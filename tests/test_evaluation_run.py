@@ -82,9 +82,8 @@ def test_a_run_with_evaluation_seen_through_rays_tools(tmp_path):
         ray_at = run.wait_log(r"Ray at (\S+), dashboard (\S+)")
         address, dashboard = ray_at.groups()
         tool_env = cli_env()
-        auth = re.search(r"RAY_AUTH_MODE=(\w+)", ray_at.string)  # the logged command's env
-        if auth:
-            tool_env["RAY_AUTH_MODE"] = auth.group(1)
+        # the logged command's environment (token auth, loopback)
+        tool_env.update(re.findall(r"(RAY_\w+)=(\S+) ", ray_at.string))
         run_id = run.wait_log(r"run id (\S+)").group(1)
         names = list_actors(address, tool_env)
         summary = run.summary(timeout=240)

@@ -211,7 +211,9 @@ def test_a_collector_crash_loop_stops_the_run_naming_it(ray_cluster):
     pids = []
 
     def kill_collector_0(ctrl, receipt):
-        if receipt.collector_id != 0 or len(pids) == 2:
+        # Every incarnation of collector 0 is killed once it answers: a death Ray restarted
+        # before the next rollout reached the actor fails no rollout and counts for nothing.
+        if receipt.collector_id != 0:
             return
         try:
             pid = ray.get(ctrl.collectors.actors[0].pid.remote())
@@ -229,7 +231,7 @@ def test_a_collector_crash_loop_stops_the_run_naming_it(ray_cluster):
         message = str(failure.value)
         assert re.search(r"collector-0 \(node [\d.]+/[0-9a-f]{8}\)", message)
         assert "died 2 times" in message and "collector.crash_loop_deaths" in message
-        assert len(pids) == 2 and controller.counters.collected_frames < 1_000_000
+        assert len(pids) >= 2 and controller.counters.collected_frames < 1_000_000
     finally:
         controller.shutdown()
 

@@ -6,7 +6,11 @@ The embedded local Ray (``services.run.embedded.init_ray``) starts Ray's dashboa
 start the run logs the cluster's address and the dashboard's URL::
 
     relayrl: Ray at 127.0.0.1:61379, dashboard http://127.0.0.1:8265
-      (try: RAY_AUTH_MODE=token ray list actors --address 127.0.0.1:61379)
+      (try: RAY_AUTH_MODE=token RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 ray list actors
+      --address 127.0.0.1:61379)
+
+The variables in the suggested command are those Ray's tools need to reach this cluster
+(:func:`tool_env`).
 
 The dashboard's port is Ray's default 8265; when another cluster holds it, Ray takes the next
 free one, so read the URL from the log. Starting the dashboard adds to Ray's start-up
@@ -47,18 +51,42 @@ def cluster_addresses(context) -> ClusterAddresses:
     return ClusterAddresses(address=address, dashboard=url)
 
 
+def tool_env(address: str) -> dict[str, str]:
+    """The environment Ray's command-line tools need to reach the cluster at ``address``.
+
+    A cluster with token authentication (Ray's default for ``ray.init`` since 2.60) answers
+    tools only when they send its token (``~/.ray/auth_token`` on this machine) and know to
+    send it: ``RAY_AUTH_MODE=token``. A loopback address needs Ray's single-machine switch: the
+    tools otherwise replace ``127.0.0.1`` with the host's routable address, where the embedded
+    cluster (bound to loopback, ``replay.local_ray.loopback_node``) does not listen, and time
+    out waiting for the GCS.
+
+    Examples:
+        >>> tool_env("127.0.0.1:6379")["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"]
+        '0'
+        >>> "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER" in tool_env("10.0.0.5:6379")
+        False
+    """
+    from replay.local_ray import SINGLE_MACHINE_ENV
+
+    env = {}
+    if os.environ.get("RAY_AUTH_MODE") == "token":
+        env["RAY_AUTH_MODE"] = "token"
+    if address.rsplit(":", 1)[0] in ("127.0.0.1", "localhost"):
+        env[SINGLE_MACHINE_ENV] = "0"
+    return env
+
+
 def log_cluster(context) -> ClusterAddresses:
     """Logs the cluster's address and dashboard URL (once, at start) and returns them."""
     found = cluster_addresses(context)
-    # A cluster with token authentication (Ray's default since 2.60) answers tools only when
-    # they send its token (``~/.ray/auth_token`` on this machine) and know to send it.
-    auth = "RAY_AUTH_MODE=token " if os.environ.get("RAY_AUTH_MODE") == "token" else ""
+    prefix = "".join(f"{k}={v} " for k, v in tool_env(found.address).items())
     if found.dashboard:
         logger.info(
             "Ray at %s, dashboard %s (try: %sray list actors --address %s)",
             found.address,
             found.dashboard,
-            auth,
+            prefix,
             found.address,
         )
     else:  # the state API behind `ray list` lives in the dashboard
