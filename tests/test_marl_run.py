@@ -21,7 +21,7 @@ CONFIGS = ROOT / "deploy" / "configs"
 EVALUATED = [
     "checkpoint.at_end=true",
     "evaluation.interval_frames=1000000000",
-    "evaluation.episodes=4",
+    "evaluation.episodes=16",  # greedy returns vary: 16 episodes keep the mean off the baseline
 ]
 
 
@@ -63,7 +63,7 @@ def test_spread_configs_learn_well_above_random(ray_cluster, tmp_path, name):
     policy = load_policy(tmp_path)
     assert policy.family == "agents" and policy.version == summary["eval_version"]
     replay = evaluate_policy(policy)
-    assert replay["episodes"] == 4
+    assert replay["episodes"] == 16
     assert round(replay["return_mean"], 3) == summary["eval_return_mean"] > baseline
     assert policy.act(np.zeros((3, 18), np.float32)).shape == (3,)  # one action per agent
 

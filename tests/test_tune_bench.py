@@ -54,7 +54,10 @@ def test_the_bench_runs_both_searches_from_the_same_samples(ray_cluster, tmp_pat
         search = report[name]
         assert search["scheduler"] == scheduler and search["trials"] == 2, name
         assert search["live_population"] == 2, name
-        assert search["frames_spent"] >= 2 * 2048 and not search["errors"], name
+        assert not search["errors"], name
+        # an exploited trial continues from its donor's frames instead of spending its own
+        spent_at_least = 2 * 2048 if name == "random" else 2048
+        assert search["frames_spent"] >= spent_at_least, name
         assert search["search_frames_to_threshold"] <= search["frames_spent"], name  # reached 5
         assert isinstance(search["best_return"], float), name
         assert search["mean_final_return"] <= search["best_return"], name
