@@ -13,7 +13,6 @@ import torch
 from tensordict import TensorDict
 
 from collector.networks.distributions import masked_logits
-
 from learner.vtrace import VTrace, vtrace
 
 
