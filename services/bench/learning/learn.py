@@ -14,7 +14,8 @@ Per entry, in the last line of standard output (one JSON object, entries under `
 figure and its source) and ``vs_reference`` (median frames to threshold over the reference's
 frames), ``invalid_actions`` (entries with an action mask: the actions taken that the mask
 forbade, summed over the seeds; must be 0), and ``plot``: a PNG of the running mean return
-against frames for each seed, with the threshold and the reference marked (:mod:`services.bench.learning.learn_plot`), written under
+against frames for each seed, with the threshold and the reference marked
+(:mod:`services.bench.learning.learn_plot`), written under
 ``--out`` (default ``<storage root>/bench-learn-<time>``) next to the runs' directories and
 ``report.json`` (the entries so far). A run that fails or times out counts as not reached, its
 error under ``errors``, and the bench goes on.
