@@ -3,8 +3,9 @@
 * :func:`masked_observation_space`: with ``collector.action_mask_key`` the env's observation
   space as the networks see it (the mask entry taken out, a single remaining key unwrapped:
   ``collector.envs.masks``), after refusing what cannot act under a mask: continuous actions,
-  the multi-agent algorithms (IQL, VDN, QMIX: not yet), frame-deduplicated replay, torchrl
-  losses (they do not read the mask), and a mask entry whose size is not the action count.
+  the multi-agent algorithms (IQL, VDN, QMIX: not yet), frame-deduplicated replay, external
+  actors over gRPC (their transitions carry no mask), torchrl losses (they do not read the
+  mask), and a mask entry whose size is not the action count.
 * :func:`factorised_actions`: ``MultiDiscrete`` and ``MultiBinary`` actions (one-dimensional)
   are taken by the policy-gradient family (a recipe with ``actions: any``: PPO, A2C, REINFORCE,
   IMPALA, APPO) over flat observations; every other algorithm is refused, naming the space.
@@ -49,6 +50,11 @@ def masked_observation_space(config, obs_space: gym.Space, action_space: gym.Spa
         raise AlgorithmConfigError(
             f"{field}: masks apply to discrete actions of relayrl's own losses; "
             f"{algo.name} with learner.loss={config.learner.loss!r} cannot take one"
+        )
+    if config.grpc.enabled:
+        raise AlgorithmConfigError(
+            f"{field}: external actors (grpc.port={config.grpc.port}) send no masks, and the "
+            "run's replay stores them with every transition; serve them without masks"
         )
     if config.replay.frame_stack:
         raise AlgorithmConfigError(
