@@ -285,3 +285,17 @@ def test_a_policy_of_a_masked_run_acts_and_exports_under_the_mask(tmp_path):
     program = torch.export.load(str(tmp_path / "policy.pt2")).module()
     scores = program(torch.as_tensor(batch), torch.as_tensor(np.tile(only, (8, 1))).bool())
     assert set(scores.argmax(-1).tolist()) <= {0, 6}
+
+
+def test_the_driver_sums_the_invalid_actions_of_rollout_receipts():
+    from collector.receipts import RolloutReceipt
+    from services.driver.accounting import Accounting, ReturnGoals
+
+    accounting = Accounting(frame_skip=1, goals=ReturnGoals(episode_window=1))
+    for invalid in (0, 3, 2):
+        receipt = RolloutReceipt(0, 0, 8, (), (), 0, 0, (), 0.1, 0.0, invalid_actions=invalid)
+        accounting.count(receipt)
+    assert accounting.counters.invalid_actions == 5
+    restored = Accounting(frame_skip=1, goals=ReturnGoals(episode_window=1))
+    restored.load_state_dict(accounting.state_dict())  # a checkpoint carries the count
+    assert restored.counters.invalid_actions == 5
