@@ -8,7 +8,8 @@
   mask), and a mask entry whose size is not the action count.
 * :func:`factorised_actions`: ``MultiDiscrete`` and ``MultiBinary`` actions (one-dimensional)
   are taken by the policy-gradient family (a recipe with ``actions: any``: PPO, A2C, REINFORCE,
-  IMPALA, APPO) over flat observations; every other algorithm is refused, naming the space.
+  IMPALA, APPO) over flat observations; every other algorithm is refused, naming the space, and
+  so are ``Tuple`` and ``Dict`` action spaces for every algorithm.
 
 Each refusal is an :class:`~services.config.recipes.AlgorithmConfigError` naming the field.
 """
@@ -81,12 +82,19 @@ def factorised_actions(config, obs_space: gym.Space, action_space: gym.Space) ->
 
     Raises:
         AlgorithmConfigError: Naming ``collector.env_id`` and the space, for an algorithm that
-            cannot take it, a multi-dimensional one, or pixel observations.
+            cannot take it, a multi-dimensional one, pixel observations, or ``Tuple`` and
+            ``Dict`` actions.
     """
-    if not isinstance(action_space, FACTORISED):
-        return False
     algo = ALGORITHMS[config.algorithm]
     env_id = config.collector.env_id
+    if isinstance(action_space, gym.spaces.Tuple | gym.spaces.Dict):
+        raise AlgorithmConfigError(
+            f"collector.env_id: {algo.name} cannot take the action space {action_space} of "
+            f"{env_id}: Tuple and Dict actions are not supported (Discrete, Box, and for "
+            f"{_takers()} MultiDiscrete and MultiBinary are)"
+        )
+    if not isinstance(action_space, FACTORISED):
+        return False
     if algo.actions != "any":
         raise AlgorithmConfigError(
             f"collector.env_id: {algo.name} cannot take the action space {action_space} of "
