@@ -11,7 +11,11 @@ Layout:
       ``[num_envs, n_agents, ...]``, the global state, the team reward and team episode ends.
       ``episodes``: :class:`EpisodeTracker`, per-env returns and lengths across rollouts.
       ``framestream``: :class:`FrameStreamBuffer`, n-step transitions written as frame streams
-      for frame-deduplicated replay (``replay.frame_stack``).
+      for frame-deduplicated replay (``replay.frame_stack``). ``masks``: action masks
+      (``collector.action_mask_key``) taken out of the observation or read from the info,
+      handed to the policy, stored (``action_mask``, ``next_action_mask``) and the forbidden
+      actions taken counted (``invalid_actions``). ``connect4``: PettingZoo's Connect Four
+      against a random opponent as a single-agent env with a mask.
     * ``atari``: :func:`make_atari`, Atari envs with the DQN preprocessing (``atari`` extra;
       configs name ``collector.atari:make_atari`` as their env id).
     * ``noise``: :class:`~collector.noise.ColoredNoise`, temporally correlated (pink, red)
@@ -22,6 +26,8 @@ Layout:
       ``log_prob`` and ``value``; ``squashed``: SAC's tanh-Gaussian actor; ``cnn``: Nature and
       IMPALA torsos over uint8 stacks; ``agents``: one parameter-shared agent Q-network with
       per-agent epsilon-greedy; ``common``: exploration parameters, MLP trunks, dueling heads;
+      ``distributions``: masked logits and the factorised distributions of ``MultiDiscrete``
+      and ``MultiBinary`` actions;
       ``builders``: the ``NETWORKS`` registry a recipe's ``network`` names, spec builders from
       the env's spaces and :class:`~collector.networks.builders.NetworkOptions`).
     * ``nstep``: :class:`NStepBuffer`, n-step windows built collector-side (off-policy).

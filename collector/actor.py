@@ -104,6 +104,8 @@ class Collector:
             ``collector.onpolicy``); None keeps off-policy n-step transitions.
         frame_stack: Write observations as frame streams for a frame-deduplicated replay
             (``replay.frames``; 0: stacked observations as they are).
+        action_mask_key: Where the env reports action masks, an observation key or an ``info``
+            key (``collector.action_mask_key``, ``collector.envs.masks``); None: no masks.
         generation: The run's learner generation when this collector starts: 0 for a run's
             first collectors; a collector added to a running run, or started by a run resumed
             at another size, seeds its envs, exploration and torch from it too, so no two
@@ -125,6 +127,7 @@ class Collector:
         gamma: float = 0.99,
         transform: OnPolicyTransform | None = None,
         frame_stack: int = 0,
+        action_mask_key: str | None = None,
         generation: int = 0,
     ) -> None:
         torch.set_num_threads(1)
@@ -158,18 +161,27 @@ class Collector:
                 mode=vector_mode,
                 env_kwargs=env_kwargs,
                 autoreset="same_step" if transform and transform.same_step else "next_step",
+                action_mask_key=action_mask_key,
             )
         envs = self._make_envs()
         if transform is None:
             self.worker = RolloutWorker(
-                envs, self.policy, seeds, n_step=n_step, gamma=gamma, frame_stack=frame_stack
+                envs,
+                self.policy,
+                seeds,
+                n_step=n_step,
+                gamma=gamma,
+                frame_stack=frame_stack,
+                action_mask_key=action_mask_key,
             )
             self.transitions = f"nstep-{n_step}"
         elif transform.kind == "chunks":  # trajectory chunks for V-trace (collector.chunks)
-            self.worker = ChunkWorker(envs, self.policy, seeds)
+            self.worker = ChunkWorker(envs, self.policy, seeds, action_mask_key=action_mask_key)
             self.transitions = transform.kind
         else:
-            self.worker = OnPolicyWorker(envs, self.policy, seeds, transform)
+            self.worker = OnPolicyWorker(
+                envs, self.policy, seeds, transform, action_mask_key=action_mask_key
+            )
             self.transitions = transform.kind
         self.env_errors = 0
         # The step lock guards the network, the worker and the writer's sequence numbers.

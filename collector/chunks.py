@@ -8,6 +8,7 @@ log-probabilities, and evaluates its own value function on every state itself. O
     observation [T + 1, ...]   x_0 .. x_T (x_T: the chunk's last next state)
     action, log_prob, reward, terminated, truncated, valid [T]
     policy_version             the model version that acted (one per chunk)
+    action_mask [T, width]     with ``action_mask_key``: the mask each action was taken under
 
 The envs run in gymnasium's ``NEXT_STEP`` autoreset mode: the step that ends an episode returns
 the episode's final observation, and the next step ignores its action and returns the next
@@ -26,6 +27,7 @@ import numpy as np
 import torch
 
 from collector.envs.episodes import CountsEpisodes, EpisodeTracker
+from collector.envs.masks import MASK_COLUMN, mask_reader
 from collector.rollout import RolloutBatch
 
 STEP_KEYS = ("action", "log_prob", "reward", "terminated", "truncated", "valid")
@@ -38,6 +40,7 @@ class ChunkWorker(CountsEpisodes):
         envs: A gymnasium vector env in ``NEXT_STEP`` autoreset mode.
         policy: Has ``act(obs, explore) -> (actions, {"log_prob": [n], ...})``.
         seeds: One reset seed per sub-env.
+        action_mask_key: Where the envs report action masks (``collector.envs.masks``).
 
     Examples:
         >>> from collector.envs.vector import make_vector_env
@@ -52,19 +55,28 @@ class ChunkWorker(CountsEpisodes):
         True
     """
 
-    def __init__(self, envs: gym.vector.VectorEnv, policy, seeds: list[int]) -> None:
+    def __init__(
+        self,
+        envs: gym.vector.VectorEnv,
+        policy,
+        seeds: list[int],
+        *,
+        action_mask_key: str | None = None,
+    ) -> None:
         self.envs = envs
         self.policy = policy
         self.num_envs = envs.num_envs
         space = envs.single_action_space
         self.action_bounds = (space.low, space.high) if isinstance(space, gym.spaces.Box) else None
         self.episodes_tracker = EpisodeTracker(self.num_envs)
+        self.masks = mask_reader(envs, action_mask_key)
         self.frames = 0
         self.reset(seeds)
 
     def reset(self, seeds: list[int]) -> None:
         """Starts fresh episodes from ``seeds``; partial episodes are dropped."""
-        self.obs, _ = self.envs.reset(seed=seeds)
+        self.obs, info = self.envs.reset(seed=seeds)
+        self.mask = None if self.masks is None else self.masks.read(info)
         self.resetting = np.zeros(self.num_envs, dtype=bool)  # next step is an auto-reset
         self.episodes_tracker.reset()
 
@@ -82,32 +94,41 @@ class ChunkWorker(CountsEpisodes):
         del seeds
         act, step, bounds = self.policy.act, self.envs.step, self.action_bounds
         rows: dict[str, list[np.ndarray]] = {"observation": []}
-        obs = self.obs
+        obs, masks, mask = self.obs, self.masks, self.mask
         with torch.inference_mode():
             for _ in range(num_steps):
-                actions, extras = act(obs, explore)
+                if masks is None:
+                    actions, extras = act(obs, explore)
+                else:
+                    actions, extras = act(obs, explore, mask=mask)
+                    rows.setdefault(MASK_COLUMN, []).append(mask)
                 rows["observation"].append(np.asarray(obs).copy())
                 rows.setdefault("action", []).append(np.asarray(actions))
                 rows.setdefault("log_prob", []).append(np.asarray(extras["log_prob"]))
                 rows.setdefault("valid", []).append(~self.resetting)
-                obs, reward, terminated, truncated, _ = step(
+                obs, reward, terminated, truncated, info = step(
                     np.clip(actions, *bounds) if bounds is not None else actions
                 )
+                if masks is not None:
+                    mask = masks.read(info)
                 rows.setdefault("reward", []).append(np.asarray(reward, dtype=np.float32))
                 rows.setdefault("terminated", []).append(np.asarray(terminated))
                 rows.setdefault("truncated", []).append(np.asarray(truncated))
                 self.resetting = np.asarray(terminated) | np.asarray(truncated)
         rows["observation"].append(np.asarray(obs).copy())
-        self.obs = obs
+        self.obs, self.mask = obs, mask
         steps = {key: np.stack(value) for key, value in rows.items()}  # time-major
         valid = steps["valid"]
+        invalid = (
+            0 if masks is None else masks.count(steps["action"][valid], steps[MASK_COLUMN][valid])
+        )
         done = (steps["terminated"] | steps["truncated"]) & valid
         returns, lengths = self.episodes_tracker.update(steps["reward"], valid, done)
         chunks = {k: np.ascontiguousarray(np.swapaxes(v, 0, 1)) for k, v in steps.items()}
         chunks["policy_version"] = np.full(self.num_envs, policy_version, np.int64)
         counted = int(valid.sum())
         self.frames += counted
-        return RolloutBatch(chunks, returns, lengths, counted=counted)
+        return RolloutBatch(chunks, returns, lengths, counted=counted, invalid_actions=invalid)
 
 
 __all__ = ["STEP_KEYS", "ChunkWorker"]

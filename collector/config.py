@@ -91,6 +91,10 @@ class CollectorConfig:
             ``red`` (temporally correlated, Eberhard et al., 2023; ``collector.noise``), one
             sequence per env as long as an episode. Pink explores MountainCarContinuous, where
             white noise never reaches the goal.
+        action_mask_key: Where the env reports which actions are allowed: a ``Dict``
+            observation's key (PettingZoo's ``action_mask``; taken out of the observation, a
+            single remaining key unwrapped) or an ``info`` key; empty: no masks. Forbidden
+            actions are never taken (``collector.envs.masks``).
     """
 
     # Environments
@@ -125,6 +129,8 @@ class CollectorConfig:
     apex_epsilon: float = 0.4
     apex_alpha: float = 7.0
     action_noise: str = "white"
+    # Action masks
+    action_mask_key: str = ""
 
     def __post_init__(self) -> None:
         checks = [
@@ -231,6 +237,12 @@ class CollectorConfig:
                 "action_noise",
                 f"must be one of {tuple(COLORS)}",
                 self.action_noise,
+            ),
+            (
+                self.action_mask_key.strip() == self.action_mask_key,
+                "action_mask_key",
+                "must be an observation or info key without surrounding spaces",
+                self.action_mask_key,
             ),
         ]
         for ok, field, rule, value in checks:

@@ -80,6 +80,7 @@ class SentRollout:
             writes=(write,),
             rollout_s=self.rollout_s,
             write_s=time.perf_counter() - self.sent_at,
+            invalid_actions=self.batch.invalid_actions,
         )
 
 

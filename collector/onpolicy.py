@@ -18,7 +18,8 @@ Two kinds of rollouts (:class:`OnPolicyWorker`):
       from the critic and ``advantage = G - V(s)``, without one ``advantage = G``.
 
 Every transition stores ``observation, action, reward, terminated, truncated, policy_version,
-log_prob, value, advantage, value_target``.
+log_prob, value, advantage, value_target`` (and ``action_mask`` with
+``action_mask_key``: the policy acts under each observation's mask, ``collector.envs.masks``).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ import torch
 from collector.advantages import gae, returns_to_go
 from collector.config import OnPolicyTransform
 from collector.envs.episodes import CountsEpisodes, EpisodeTracker
+from collector.envs.masks import MASK_COLUMN, mask_reader
 from collector.rollout import RolloutBatch
 
 # An env whose episode runs longer than this in an ``episodes`` rollout has no time limit.
@@ -47,6 +49,7 @@ class OnPolicyWorker(CountsEpisodes):
             ``value(obs) -> [n]``.
         seeds: One reset seed per sub-env.
         transform: What targets to build.
+        action_mask_key: Where the envs report action masks; None: no masks.
 
     Examples:
         >>> from collector.envs.vector import make_vector_env
@@ -60,7 +63,13 @@ class OnPolicyWorker(CountsEpisodes):
     """
 
     def __init__(
-        self, envs: gym.vector.VectorEnv, policy, seeds: list[int], transform: OnPolicyTransform
+        self,
+        envs: gym.vector.VectorEnv,
+        policy,
+        seeds: list[int],
+        transform: OnPolicyTransform,
+        *,
+        action_mask_key: str | None = None,
     ) -> None:
         self.envs = envs
         self.policy = policy
@@ -69,12 +78,14 @@ class OnPolicyWorker(CountsEpisodes):
         space = envs.single_action_space
         self.action_bounds = (space.low, space.high) if isinstance(space, gym.spaces.Box) else None
         self.episodes_tracker = EpisodeTracker(self.num_envs)
+        self.masks = mask_reader(envs, action_mask_key)
         self.frames = 0
         self.reset(seeds)
 
     def reset(self, seeds: list[int]) -> None:
         """Starts fresh episodes from ``seeds``; partial episodes are dropped."""
-        self.obs, _ = self.envs.reset(seed=seeds)
+        self.obs, info = self.envs.reset(seed=seeds)
+        self.mask = None if self.masks is None else self.masks.read(info)
         self.episodes_tracker.reset()
 
     def rollout(
@@ -102,6 +113,10 @@ class OnPolicyWorker(CountsEpisodes):
         transitions = {k: v[valid] for k, v in steps.items()}
         transitions["policy_version"] = np.full(int(valid.sum()), policy_version, np.int64)
         batch = RolloutBatch(transitions, returns, lengths)
+        if self.masks is not None:
+            batch.invalid_actions = self.masks.count(
+                transitions["action"], transitions[MASK_COLUMN]
+            )
         self.frames += batch.frames
         return batch
 
@@ -113,16 +128,22 @@ class OnPolicyWorker(CountsEpisodes):
         finals: list[tuple[int, np.ndarray, np.ndarray]] = []  # (t, env indices, final obs)
         running = np.ones(n, dtype=bool)  # ``episodes``: env still in its first episode
         valid_rows = []
-        obs = self.obs
+        obs, masks, mask = self.obs, self.masks, self.mask
         t = 0
         with torch.inference_mode():
             while (running.any() if whole else t < num_steps) and t < MAX_EPISODE_STEPS:
-                actions, extras = act(obs, explore)
+                if masks is None:
+                    actions, extras = act(obs, explore)
+                else:
+                    actions, extras = act(obs, explore, mask=mask)
+                    extras = {**extras, MASK_COLUMN: mask}
                 row = {"observation": obs.copy(), "action": actions, **extras}
                 obs, reward, terminated, truncated, info = step(
                     np.clip(actions, *bounds) if bounds is not None else actions
                 )
                 row.update(reward=reward, terminated=terminated, truncated=truncated)
+                if masks is not None:
+                    mask = masks.read(info)
                 for key, value in row.items():
                     rows.setdefault(key, []).append(np.asarray(value))
                 if truncated.any():
@@ -135,7 +156,7 @@ class OnPolicyWorker(CountsEpisodes):
                 t += 1
         if whole and running.any():
             raise RuntimeError(f"an episode ran past {MAX_EPISODE_STEPS} steps: no time limit?")
-        self.obs = obs
+        self.obs, self.mask = obs, mask
         steps = {k: np.stack(v) for k, v in rows.items()}
         steps["reward"] = steps["reward"].astype(np.float32)
         steps["valid"] = np.stack(valid_rows)

@@ -23,6 +23,8 @@ class RolloutReceipt:
         rollout_s: Seconds spent stepping envs and the policy.
         write_s: Seconds from sending the replay write to its acknowledgement; the collector
             steps its next rollout meanwhile, so this time is not lost to collection.
+        invalid_actions: Actions taken that the env's action mask forbade (must be 0;
+            ``collector.envs.masks``).
     """
 
     collector_id: int
@@ -35,6 +37,7 @@ class RolloutReceipt:
     writes: tuple[WriteReceipt, ...]
     rollout_s: float
     write_s: float
+    invalid_actions: int = 0
 
     @property
     def frames_per_s(self) -> float:

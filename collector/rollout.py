@@ -12,6 +12,11 @@ Observations may be arrays or mappings of arrays (gymnasium ``Dict`` spaces, or 
 envs of ``collector.envs.multiagent``: agents' observations and the global state); each entry is
 stored under its own key (see :mod:`collector.nstep`).
 
+With ``action_mask_key`` (``collector.envs.masks``) the policy acts under each observation's
+action mask, the masks are stored as ``action_mask`` and ``next_action_mask`` (the n-step
+window's last state, for the learner's target) and :attr:`RolloutWorker.masks` counts the actions
+a mask forbids.
+
 The step loop does only what must happen per step (policy, env step, five buffer writes); the
 validity mask and the episode statistics are computed afterwards, vectorized over the rollout.
 """
@@ -26,6 +31,7 @@ import torch
 
 from collector.envs.episodes import CountsEpisodes, EpisodeTracker
 from collector.envs.framestream import FrameStreamBuffer
+from collector.envs.masks import MASK_COLUMN, mask_reader
 from collector.nstep import NStepBuffer
 
 
@@ -39,12 +45,14 @@ class RolloutBatch:
         episode_lengths: Their lengths.
         counted: Env steps the items hold when an item is more than one step (the chunks of
             ``collector.chunks``); None: one step per item.
+        invalid_actions: Actions taken that the env's action mask forbids (must stay 0).
     """
 
     transitions: dict[str, np.ndarray]
     episode_returns: list[float]
     episode_lengths: list[int]
     counted: int | None = None
+    invalid_actions: int = 0
 
     @property
     def frames(self) -> int:
@@ -68,6 +76,8 @@ class RolloutWorker(CountsEpisodes):
         gamma: Discount of the n-step returns.
         frame_stack: 0 keeps stacked observations in the transitions; ``S >= 1`` sends them as
             a frame stream for frame-deduplicated replay (``collector.envs.framestream``).
+        action_mask_key: Where the envs report action masks (``collector.envs.masks``);
+            None: no masks.
 
     Examples:
         >>> from collector.envs.vector import make_vector_env
@@ -89,6 +99,7 @@ class RolloutWorker(CountsEpisodes):
         n_step: int = 1,
         gamma: float = 0.99,
         frame_stack: int = 0,
+        action_mask_key: str | None = None,
     ) -> None:
         self.envs = envs
         self.policy = policy
@@ -98,12 +109,14 @@ class RolloutWorker(CountsEpisodes):
         space = envs.single_action_space
         self.action_bounds = (space.low, space.high) if isinstance(space, gym.spaces.Box) else None
         self.episodes_tracker = EpisodeTracker(self.num_envs)
+        self.masks = mask_reader(envs, action_mask_key)
         self.frames = 0
         self.reset(seeds)
 
     def reset(self, seeds: list[int]) -> None:
         """Starts fresh episodes from ``seeds``; open n-step windows and partial episodes go."""
-        self.obs, _ = self.envs.reset(seed=seeds)
+        self.obs, info = self.envs.reset(seed=seeds)
+        self.mask = None if self.masks is None else self.masks.read(info)
         self.autoreset = np.zeros(self.num_envs, dtype=bool)
         self.episodes_tracker.reset()
         self.windows.clear()
@@ -132,9 +145,14 @@ class RolloutWorker(CountsEpisodes):
         trunc_buf = np.empty((num_steps, n), dtype=bool)
         action_buf = extra_bufs = None
         act, step, bounds = self.policy.act, self.envs.step, self.action_bounds
+        masks, mask = self.masks, self.mask
+        mask_buf = None if masks is None else _obs_buffer(mask, num_steps + 1)
         with torch.inference_mode():
             for t in range(num_steps):
-                actions, extras = act(obs, explore)
+                if masks is None:
+                    actions, extras = act(obs, explore)
+                else:
+                    actions, extras = act(obs, explore, mask=mask)
                 if action_buf is None:
                     action_buf = np.empty((num_steps, *actions.shape), dtype=actions.dtype)
                     extra_bufs = {
@@ -146,13 +164,15 @@ class RolloutWorker(CountsEpisodes):
                         extra_bufs[key][t] = value
                 if bounds is not None:
                     actions = np.clip(actions, *bounds)
-                obs, reward_buf[t], term_buf[t], trunc_buf[t], _ = step(actions)
+                obs, reward_buf[t], term_buf[t], trunc_buf[t], info = step(actions)
+                if masks is not None:
+                    mask = mask_buf[t + 1] = masks.read(info)
                 if keyed:
                     for key, value in obs.items():
                         obs_buf[key][t + 1] = value
                 else:
                     obs_buf[t + 1] = obs
-        self.obs = obs
+        self.obs, self.mask = obs, mask
         done = term_buf | trunc_buf
         valid = np.empty((num_steps, n), dtype=bool)
         valid[0] = ~self.autoreset
@@ -168,7 +188,12 @@ class RolloutWorker(CountsEpisodes):
             "policy_version": np.full((num_steps, n), policy_version, dtype=np.int64),
             **extra_bufs,
         }
+        invalid = 0
+        if masks is not None:  # stored as action_mask and next_action_mask (collector.nstep)
+            invalid = masks.count(action_buf[valid], mask_buf[:-1][valid])
+            obs_buf = {"observation": obs_buf, MASK_COLUMN: mask_buf}
         batch = RolloutBatch(self.windows.add(steps, obs_buf), returns, lengths)
+        batch.invalid_actions = invalid
         self.frames += batch.frames
         return batch
 

@@ -35,6 +35,8 @@ STARTED_ELSEWHERE = {
     "cartpole_ppo.yaml": "test_algorithms_run.py",
     "cartpole_ppo_torchrl.yaml": "test_torchrl_ppo.py",
     "cartpole_reinforce.yaml": "test_algorithms_run.py",
+    "connect4_dqn_masked.yaml": "test_masked_run.py",
+    "connect4_ppo_masked.yaml": "test_masked_run.py",
     "pendulum_sac.yaml": "test_algorithms_run.py",
     "pong_dqn.yaml": "test_atari_run.py",
     "spread_iql.yaml": "test_marl_run.py",

@@ -6,6 +6,10 @@
     * ``multiagent``: :class:`ParallelVectorEnv`, PettingZoo parallel envs as one vector env.
     * ``episodes``: :class:`EpisodeTracker`, per-env returns and lengths across rollouts.
     * ``framestream``: observations written as frame streams for a frame-deduplicated replay.
+    * ``masks``: action masks (``collector.action_mask_key``): :class:`MaskToInfo` takes the
+      mask out of the observation, :class:`MaskReader` reads, counts and stores it.
+    * ``connect4``: PettingZoo's Connect Four against a random opponent, one agent, a mask
+      (``collector.envs.connect4:connect_four``).
 
 Atari's factory stays at ``collector.atari:make_atari`` (configs name it as their env id).
 """

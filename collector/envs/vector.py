@@ -83,6 +83,7 @@ def make_vector_env(
     env_kwargs: Mapping[str, Any] | None = None,
     autoreset: str = "next_step",
     wrap: Callable[[gym.Env, int], gym.Env] | None = None,
+    action_mask_key: str | None = None,
 ) -> gym.vector.VectorEnv:
     """Builds a vector env in gymnasium's ``NEXT_STEP`` (or ``SAME_STEP``) autoreset mode.
 
@@ -101,6 +102,8 @@ def make_vector_env(
             episode's first observation and the final one in ``info["final_obs"]``).
         wrap: ``wrap(env, index)`` wraps each sub-env as it is made (e.g. gymnasium's
             ``RecordVideo``); None: none.
+        action_mask_key: Moves the observation's action mask into the info
+            (:class:`collector.envs.masks.MaskToInfo`); None: observations as they are.
 
     Returns:
         The vector env (not reset yet).
@@ -120,6 +123,8 @@ def make_vector_env(
     make = (
         resolve_factory(env_id) if is_factory_path(env_id) else functools.partial(gym.make, env_id)
     )
+    if action_mask_key:
+        wrap = _mask_wrap(action_mask_key, wrap)
     env_fns = [functools.partial(_guarded, make, kwargs, env_id, i, wrap) for i in range(num_envs)]
     vector_cls = gym.vector.SyncVectorEnv if mode == "sync" else gym.vector.AsyncVectorEnv
     return vector_cls(env_fns, autoreset_mode=autoreset, copy=False)
@@ -172,6 +177,17 @@ def _guarded(
 ) -> gym.Env:
     env = make(**kwargs)
     return GuardedEnv(env if wrap is None else wrap(env, index), env_id, index)
+
+
+def _mask_wrap(key: str, wrap=None) -> Callable[[gym.Env, int], gym.Env]:
+    """``wrap`` then :class:`collector.envs.masks.MaskToInfo` (a picklable partial)."""
+    return functools.partial(_wrap_mask, key, wrap)
+
+
+def _wrap_mask(key: str, wrap, env: gym.Env, index: int) -> gym.Env:
+    from collector.envs.masks import MaskToInfo
+
+    return MaskToInfo(env if wrap is None else wrap(env, index), key)
 
 
 # Tags the seeds of collectors started at a generation > 0 (see env_seeds).

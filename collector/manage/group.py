@@ -63,6 +63,7 @@ class CollectorGroup:
         gamma: Discount of the n-step returns.
         transform: ``collector.onpolicy.OnPolicyTransform`` for on-policy collectors.
         frame_stack: Write frame streams for a frame-deduplicated replay (0: off).
+        action_mask_key: Where the env reports action masks (``collector.envs.masks``).
         scheduling: One scheduling strategy per collector (e.g. bundles of the run's placement
             group); None entries or None: Ray's default. A restarted collector keeps its own.
         aggregate: Send rollouts through one hub per node (started by :meth:`wait_ready`).
@@ -95,6 +96,7 @@ class CollectorGroup:
         gamma: float = 0.99,
         transform=None,
         frame_stack: int = 0,
+        action_mask_key: str | None = None,
         scheduling: Sequence | None = None,
         aggregate: bool = False,
         generation: int = 0,
@@ -119,6 +121,7 @@ class CollectorGroup:
                 gamma=gamma,
                 transform=transform,
                 frame_stack=frame_stack,
+                action_mask_key=action_mask_key,
                 generation=generation,
                 scheduling_strategy=strategy,
             )

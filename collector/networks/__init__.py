@@ -31,6 +31,8 @@ The specs:
     * ``agents``: :class:`~collector.networks.agents.AgentQSpec`, one parameter-shared agent
       Q-network with per-agent epsilon-greedy (IQL, VDN, QMIX);
     * ``common``: exploration parameters, MLP trunks, the dueling head;
+    * ``distributions``: :func:`~collector.networks.distributions.masked_logits` (action
+      masks) and the factorised distributions of ``MultiDiscrete`` and ``MultiBinary`` actions;
     * ``builders``: ``NETWORKS``, spec name -> ``builder(options, observation_space,
       action_space)`` with :class:`~collector.networks.builders.NetworkOptions` (no torch
       until a builder runs; refusals name ``collector.env_id``);

@@ -10,11 +10,17 @@ actor with a state-dependent scale lives in ``collector.networks.squashed``.
 
 Distributions:
     * ``categorical``: logits over ``action_dim`` discrete actions.
+    * ``multi_categorical``: ``MultiDiscrete(nvec)`` actions, one categorical per dimension over
+      its slice of ``action_dim = sum(nvec)`` logits (``collector.networks.distributions``).
+    * ``bernoulli``: ``MultiBinary(action_dim)`` actions, one Bernoulli per bit.
     * ``gaussian``: diagonal Gaussian with a state-independent, learned ``log_std``. With
       ``squash=True`` the sample goes through ``tanh`` (SAC style) and the log-probability
       includes the change of variables; rescale to the env's bounds with gymnasium's
       ``RescaleAction`` wrapper. Unsquashed actions are stored as sampled; the collector clips
       only what it hands to a ``Box`` env.
+
+Masks (``collector.action_mask_key``, ``collector.envs.masks``): ``act(obs, explore, mask=...)``
+sets the forbidden logits to the minimum before sampling (categorical and multi-categorical).
 
 Sampling uses a per-collector ``torch.Generator``, so runs are reproducible and its state is
 part of the collector's ``state_dict``. A Gaussian's noise may be colored instead
@@ -34,9 +40,10 @@ import torch
 from torch import nn
 
 from collector.networks.common import Explore, exploration
+from collector.networks.distributions import MultiBernoulli, MultiCategorical, masked_logits
 from collector.noise import policy_noise
 
-DISTRIBUTIONS = ("categorical", "gaussian")
+DISTRIBUTIONS = ("categorical", "gaussian", "multi_categorical", "bernoulli")
 _LOG_SQRT_2PI = 0.5 * math.log(2 * math.pi)
 
 
@@ -66,6 +73,7 @@ class ActorCriticSpec:
         noise_beta: The Gaussian's sampling noise: 0 white (independent per step), 1 pink,
             2 red (:mod:`collector.noise`).
         noise_horizon: Steps per colored noise sequence (the env's episode length).
+        nvec: ``multi_categorical``: choices per action dimension (their sum is ``action_dim``).
 
     Examples:
         >>> spec = ActorCriticSpec(obs_dim=3, action_dim=2, distribution="gaussian")
@@ -83,6 +91,7 @@ class ActorCriticSpec:
     squash: bool = False
     noise_beta: float = 0.0
     noise_horizon: int = 1000
+    nvec: tuple[int, ...] = ()
     family: ClassVar[str] = "actor_critic"  # its contract: collector.networks.contracts
 
     def __post_init__(self) -> None:
@@ -94,6 +103,8 @@ class ActorCriticSpec:
             raise ValueError(
                 f"obs_dim, action_dim: must be >= 1, got {self.obs_dim!r}, {self.action_dim!r}"
             )
+        if self.distribution == "multi_categorical" and sum(self.nvec) != self.action_dim:
+            raise ValueError(f"nvec: must sum to action_dim {self.action_dim}, got {self.nvec!r}")
         if self.squash and self.distribution != "gaussian":
             raise ValueError("squash: applies to the gaussian distribution only, got True")
         if self.noise_beta and self.distribution != "gaussian":
@@ -126,10 +137,14 @@ class ActorCritic(nn.Module):
         """Returns the actor's output (logits or Gaussian mean) and the value ``[n]``."""
         return self.actor(obs), self.critic(obs).squeeze(-1)
 
-    def distribution(self, out: torch.Tensor) -> torch.distributions.Distribution:
+    def distribution(self, out: torch.Tensor):
         """The action distribution of the actor's output (unsquashed for a Gaussian)."""
         if self.spec.distribution == "categorical":
             return torch.distributions.Categorical(logits=out)
+        if self.spec.distribution == "multi_categorical":
+            return MultiCategorical(out, self.spec.nvec)
+        if self.spec.distribution == "bernoulli":
+            return MultiBernoulli(out)
         if self.spec.squash:
             raise NotImplementedError("squashed Gaussians: use collector.networks.squashed")
         scale = self.log_std.expand_as(out).exp()
@@ -161,13 +176,17 @@ class StochasticActor:
         self.generator = torch.Generator().manual_seed(int(seed.generate_state(1)[0]))
         self.noise = policy_noise(noise_beta, horizon, seed)
 
-    def act(self, obs: np.ndarray, explore: Explore = None) -> tuple[np.ndarray, dict]:
+    def act(
+        self, obs: np.ndarray, explore: Explore = None, *, mask: np.ndarray | None = None
+    ) -> tuple[np.ndarray, dict]:
         """Samples one action per row (exploration is the sampling itself).
 
         Args:
             obs: ``[n, obs_dim]`` observations.
             explore: ``{"deterministic": True}`` takes the mode (argmax) or the mean instead of
                 sampling (evaluation); an ``epsilon`` is ignored.
+            mask: Bool ``[n, action_dim]``, True where an action is allowed (categorical and
+                multi-categorical); forbidden actions are never taken.
 
         Returns:
             ``(actions, {"log_prob": [n] float32, "value": [n] float32})``; actions are int64
@@ -176,10 +195,16 @@ class StochasticActor:
         deterministic = bool(exploration(explore).get("deterministic"))
         with torch.inference_mode():
             out, value = self.network(torch.as_tensor(obs, dtype=torch.float32))
+            if mask is not None:
+                out = masked_logits(out, torch.as_tensor(mask))
             if deterministic:
                 actions, log_prob = self._mode(out)
             elif self.spec.distribution == "categorical":
                 actions, log_prob = self._categorical(out)
+            elif self.spec.distribution in ("multi_categorical", "bernoulli"):
+                distribution = self.network.distribution(out)
+                actions = distribution.sample(self.generator)
+                log_prob = distribution.log_prob(actions)
             else:
                 actions, log_prob = self._gaussian(out)
         extras = {"log_prob": log_prob.numpy(), "value": value.numpy()}
@@ -194,6 +219,8 @@ class StochasticActor:
     def _mode(self, out: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         if self.spec.distribution == "categorical":
             return out.argmax(-1), torch.zeros(len(out))
+        if self.spec.distribution in ("multi_categorical", "bernoulli"):
+            return self.network.distribution(out).mode(), torch.zeros(len(out))
         mean = torch.tanh(out) if self.spec.squash else out
         return mean, torch.zeros(len(out))
 

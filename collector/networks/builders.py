@@ -9,7 +9,8 @@ The driver fills :class:`NetworkOptions` from the run's config and calls
     * ``q_mlp``: :class:`~collector.networks.q_mlp.ModelSpec` (DQN);
     * ``cnn_q``: :class:`~collector.networks.cnn.PixelQSpec` (DQN on stacked frames);
     * ``actor_critic``: :class:`~collector.networks.actor_critic.ActorCriticSpec`, categorical
-      for a ``Discrete`` action space, Gaussian for a ``Box`` (PPO, A2C, REINFORCE);
+      for a ``Discrete`` action space, Gaussian for a ``Box``, factorised categoricals for a
+      ``MultiDiscrete``, Bernoullis for a ``MultiBinary`` (PPO, A2C, REINFORCE, IMPALA, APPO);
     * ``cnn_actor_critic``: :class:`~collector.networks.cnn.PixelActorCriticSpec` (PPO, A2C on
       stacked frames);
     * ``squashed``: :class:`~collector.networks.squashed.SquashedGaussianSpec` (SAC);
@@ -129,6 +130,13 @@ def actor_critic(
     obs_dim = flat_obs_dim(options.env_id, obs_space)
     if isinstance(action_space, gym.spaces.Discrete):
         return ActorCriticSpec(obs_dim, int(action_space.n), "categorical", options.hidden_sizes)
+    if isinstance(action_space, gym.spaces.MultiDiscrete):  # collector.networks.distributions
+        nvec = tuple(int(n) for n in action_space.nvec)
+        return ActorCriticSpec(
+            obs_dim, sum(nvec), "multi_categorical", options.hidden_sizes, nvec=nvec
+        )
+    if isinstance(action_space, gym.spaces.MultiBinary):
+        return ActorCriticSpec(obs_dim, int(action_space.n), "bernoulli", options.hidden_sizes)
     return ActorCriticSpec(
         obs_dim,
         int(action_space.shape[0]),

@@ -15,6 +15,7 @@ import torch
 from torch import nn
 
 from collector.networks.common import DuelingHead, Explore, exploration, mlp_trunk
+from collector.networks.distributions import masked_logits
 
 
 @dataclasses.dataclass(frozen=True)
@@ -66,13 +67,18 @@ class EpsilonGreedy:
         self.num_actions = num_actions
         self.rng = rng
 
-    def act(self, obs: np.ndarray, explore: Explore) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    def act(
+        self, obs: np.ndarray, explore: Explore, *, mask: np.ndarray | None = None
+    ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
         """Returns an int64 action per observation row and no extras.
 
         Args:
             obs: ``[n, obs_dim]`` observations.
             explore: ``epsilon`` (or a float), ``random`` (epsilon 1) or ``deterministic``
                 (epsilon 0). With ``epsilon >= 1`` the network is not evaluated.
+            mask: Bool ``[n, num_actions]``, True where an action is allowed
+                (``collector.envs.masks``): the greedy action is the best allowed one and a
+                random action is drawn uniformly among the allowed ones.
         """
         params = exploration(explore)
         epsilon = float(params.get("epsilon", 0.0))
@@ -82,19 +88,30 @@ class EpsilonGreedy:
             epsilon = 0.0
         n = obs.shape[0]
         if epsilon >= 1.0:
-            return self.rng.integers(0, self.num_actions, size=n), {}
+            return self._random(n, mask), {}
         x = torch.from_numpy(obs) if obs.dtype == np.float32 else torch.as_tensor(obs).float()
         if torch.is_inference_mode_enabled():
-            greedy = self.q_network(x).argmax(dim=-1).numpy()
+            q_values = self.q_network(x)
         else:
             with torch.inference_mode():
-                greedy = self.q_network(x).argmax(dim=-1).numpy()
+                q_values = self.q_network(x)
+        if mask is not None:
+            q_values = masked_logits(q_values, torch.as_tensor(mask))
+        greedy = q_values.argmax(dim=-1).numpy()
         if epsilon <= 0.0:
             return greedy, {}
         explore = self.rng.random(n) < epsilon
         if explore.any():
-            greedy = np.where(explore, self.rng.integers(0, self.num_actions, size=n), greedy)
+            greedy = np.where(explore, self._random(n, mask), greedy)
         return greedy, {}
+
+    def _random(self, n: int, mask: np.ndarray | None) -> np.ndarray:
+        """Uniform actions, among the allowed ones where ``mask`` is given."""
+        if mask is None:
+            return self.rng.integers(0, self.num_actions, size=n)
+        # The largest of uniform keys over the allowed actions is a uniform allowed action.
+        keys = np.where(mask, self.rng.random((n, self.num_actions)), -1.0)
+        return keys.argmax(-1)
 
     def __call__(self, obs: np.ndarray, explore: Explore) -> np.ndarray:
         """Returns an int64 action per observation row."""

@@ -9,6 +9,7 @@ torchrl:DQNLoss`` and any ``torchrl.objectives`` class taking a ``value_network`
 
 from __future__ import annotations
 
+from learner.algorithms._connect4 import connect4_entry
 from learner.algorithms.spec import (
     ZOO,
     ZOO_BENCH,
@@ -41,6 +42,7 @@ REGISTERED = (
             "pong_dqn.yaml",
             "pong_dqn_gpu.yaml",
             "pong_dqn_small.yaml",
+            "connect4_dqn_masked.yaml",
         ),
         solve=SolveTask("cartpole_dqn.yaml", 475.0),
         learn=(
@@ -73,6 +75,7 @@ REGISTERED = (
                 ),
                 position=20,
             ),
+            connect4_entry("dqn", 300_000, position=16),
             LearnEntry(
                 "pong-dqn-smoke",
                 "pong_dqn_small.yaml",

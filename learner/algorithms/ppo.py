@@ -9,6 +9,7 @@ and build GAE advantages; each iteration trains ``learner.onpolicy.num_epochs`` 
 
 from __future__ import annotations
 
+from learner.algorithms._connect4 import connect4_entry
 from learner.algorithms.spec import (
     ON_POLICY_DEFAULTS,
     ZOO,
@@ -56,6 +57,7 @@ REGISTERED = (
             "hopper_ppo.yaml",
             "pong_ppo.yaml",
             "pong_ppo_gpu.yaml",
+            "connect4_ppo_masked.yaml",
         ),
         solve=SolveTask("cartpole_ppo.yaml", 475.0),
         learn=(
@@ -72,6 +74,7 @@ REGISTERED = (
                 ),
                 position=11,
             ),
+            connect4_entry("ppo", 300_000, position=17),
             LearnEntry(
                 "lunarlander-ppo",
                 "lunarlander_ppo.yaml",

@@ -12,6 +12,7 @@ from typing import Any
 import torch
 from tensordict import TensorDict
 
+from collector.networks.distributions import masked_logits
 from learner.vtrace import VTrace, vtrace
 
 
@@ -27,6 +28,8 @@ def evaluate_chunks(network: Any, batch: TensorDict) -> tuple[torch.Tensor, ...]
     size, steps = observation.shape[0], observation.shape[1] - 1
     out, values = network(observation.flatten(0, 1))
     out = out.unflatten(0, (size, steps + 1))[:, :steps].flatten(0, 1)
+    mask = batch.get("action_mask", None)  # [B, T, width] (collector.action_mask_key)
+    out = masked_logits(out, None if mask is None else mask.flatten(0, 1))
     values = values.unflatten(0, (size, steps + 1))
     distribution = network.distribution(out)
     action = batch["action"].flatten(0, 1)

@@ -13,6 +13,8 @@ import torch.nn.functional as F
 from tensordict import TensorDict
 from torch import nn
 
+from collector.networks.distributions import masked_logits
+
 
 class DQNLoss(nn.Module):
     """(Double) DQN loss with a Huber penalty and a target network.
@@ -28,7 +30,9 @@ class DQNLoss(nn.Module):
     else ``gamma``; ``weight`` is the batch's importance weight (prioritized replay) when
     present, else 1.
 
-    Truncated transitions bootstrap (only ``terminated`` stops the return).
+    Truncated transitions bootstrap (only ``terminated`` stops the return). With action masks
+    (``collector.action_mask_key``) the batch carries ``next_action_mask``: the argmax (and so
+    the max) of the target runs over the next state's allowed actions only.
 
     Args:
         value_network: The online Q-network.
@@ -51,10 +55,9 @@ class DQNLoss(nn.Module):
         with torch.no_grad():
             next_obs = batch["next_observation"]
             next_target = self.target_network(next_obs)
-            if self.double_dqn:
-                next_action = self.value_network(next_obs).argmax(dim=-1, keepdim=True)
-            else:
-                next_action = next_target.argmax(dim=-1, keepdim=True)
+            next_mask = batch.get("next_action_mask", None)
+            chooser = self.value_network(next_obs) if self.double_dqn else next_target
+            next_action = masked_logits(chooser, next_mask).argmax(dim=-1, keepdim=True)
             next_q = next_target.gather(-1, next_action).squeeze(-1)
             not_done = 1.0 - batch["terminated"].to(q_values.dtype)
             # n-step transitions carry their own discount gamma^k (collector/nstep.py).

@@ -49,7 +49,13 @@ SECRET_KEYS = frozenset({"token", "actor_token", "signing_key"})
 # only the TorchRL losses a registration names.
 NAMES = ("torchrl:",)
 # The factories relayrl's shipped configs name (deploy/configs/): trusted like gymnasium ids.
-SHIPPED_PATHS = frozenset({"collector.atari:make_atari", "mpe2.simple_spread_v3:parallel_env"})
+SHIPPED_PATHS = frozenset(
+    {
+        "collector.atari:make_atari",
+        "mpe2.simple_spread_v3:parallel_env",
+        "collector.envs.connect4:connect_four",
+    }
+)
 
 
 class UntrustedCheckpoint(CheckpointError):

@@ -14,6 +14,7 @@ import gymnasium as gym
 
 from collector.networks.builders import flat_obs_dim, is_pixels
 from services.config import multiagent
+from services.config.actions import factorised_actions
 from services.config.recipes import ALGORITHMS, AlgorithmConfigError
 
 # The algorithms that may store stacked frames once in replay (replay.frame_stack).
@@ -187,6 +188,8 @@ def check_spaces(config, obs_space: gym.Space, action_space: gym.Space) -> None:
             return multiagent.check_spaces(config, obs_space, action_space)
         except multiagent.MultiAgentConfigError as err:
             raise AlgorithmConfigError(str(err)) from None
+    if factorised_actions(config, obs_space, action_space):  # MultiDiscrete, MultiBinary
+        return
     discrete = isinstance(action_space, gym.spaces.Discrete)
     box = isinstance(action_space, gym.spaces.Box) and len(action_space.shape) == 1
     if (algo.actions == "discrete" and not discrete) or (algo.actions == "continuous" and not box):

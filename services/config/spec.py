@@ -18,6 +18,7 @@ import gymnasium as gym
 from collector.envs.vector import is_factory_path, missing_extra_hint, resolve_factory
 from collector.networks.builders import NETWORKS, NetworkOptions
 from services.config import multiagent
+from services.config.actions import masked_observation_space
 from services.config.checks import check_spaces
 from services.config.recipes import AlgorithmConfigError, algorithm_for
 from services.config.sections import ConfigError, RunConfig
@@ -28,11 +29,18 @@ Spaces = tuple[gym.Space, gym.Space]
 def env_spaces(config: RunConfig) -> Spaces:
     """The env's observation and action spaces, checked against the algorithm (no torch).
 
+    With ``collector.action_mask_key`` the observation space is the networks' (without the mask).
+
     Raises:
         ConfigError: If the env id is unknown or its spaces do not suit the algorithm.
     """
     env_id = config.collector.env_id
     if algorithm_for(config).multi_agent:  # the PettingZoo wrapper's Dict and MultiDiscrete
+        if config.collector.action_mask_key:  # refused, naming the field
+            try:
+                masked_observation_space(config, None, None)
+            except AlgorithmConfigError as err:
+                raise ConfigError(str(err)) from None
         try:
             return multiagent.env_spaces(config)
         except multiagent.MultiAgentConfigError as err:
@@ -53,7 +61,8 @@ def env_spaces(config: RunConfig) -> Spaces:
         spaces = env.observation_space, env.action_space
     finally:
         env.close()
-    try:
+    try:  # the mask (collector.action_mask_key) leaves the observation (collector.envs.masks)
+        spaces = masked_observation_space(config, *spaces), spaces[1]
         check_spaces(config, *spaces)
     except AlgorithmConfigError as err:
         raise ConfigError(str(err)) from None

@@ -146,6 +146,7 @@ class Accounting:
         frames = receipt.frames * self.frame_skip
         c.collected_frames += frames
         c.transitions += receipt.frames
+        c.invalid_actions += getattr(receipt, "invalid_actions", 0)
         if external:
             c.external_frames += frames
         else:

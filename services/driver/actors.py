@@ -47,6 +47,7 @@ def start_collectors(
         gamma=cfg.gamma,
         transform=algorithm.collector_transform(config),
         frame_stack=config.replay.frame_stack,
+        action_mask_key=cfg.action_mask_key or None,
         scheduling=scheduling,
         aggregate=cfg.aggregate,
         generation=generation,

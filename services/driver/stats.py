@@ -30,6 +30,8 @@ class RunCounters:
         env_errors: Env exceptions inside rollouts (envs rebuilt, rollout not counted).
         nonfinite_steps: Optimizer steps skipped for a non-finite loss or gradient.
         checkpoint_failures: Checkpoints the disk refused (full, I/O error); the run went on.
+        invalid_actions: Actions collectors took that the env's action mask forbade (must be 0;
+            ``collector.action_mask_key``).
     """
 
     collected_frames: int = 0
@@ -49,6 +51,7 @@ class RunCounters:
     env_errors: int = 0
     nonfinite_steps: int = 0
     checkpoint_failures: int = 0
+    invalid_actions: int = 0
 
 
 class EpisodeWindow:

@@ -33,6 +33,7 @@ def make_evaluation_envs(
     env_kwargs: dict[str, Any] | None = None,
     *,
     wrap: Callable | None = None,
+    action_mask_key: str | None = None,
 ):
     """``num_envs`` envs for ``model_spec``'s policy (not reset yet).
 
@@ -43,6 +44,7 @@ def make_evaluation_envs(
         num_envs: Envs stepped side by side.
         env_kwargs: Keyword arguments of ``env_id``.
         wrap: ``wrap(env, index)`` around each gymnasium sub-env (``collector.envs.vector``).
+        action_mask_key: Where the env reports action masks (``collector.envs.masks``).
 
     Raises:
         ValueError: If ``wrap`` is given for envs the spec builds itself.
@@ -53,4 +55,6 @@ def make_evaluation_envs(
         return model_spec.make_vector_env(env_id, num_envs, env_kwargs=env_kwargs)
     from collector.envs.vector import make_vector_env  # gymnasium: imported where envs are made
 
-    return make_vector_env(env_id, num_envs, env_kwargs=env_kwargs, wrap=wrap)
+    return make_vector_env(
+        env_id, num_envs, env_kwargs=env_kwargs, wrap=wrap, action_mask_key=action_mask_key
+    )

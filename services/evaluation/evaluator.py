@@ -50,15 +50,27 @@ class Evaluator:
             ``evaluation_seeds(seed, num_envs)``, a stream of its own, apart from every
             collector's, so each version plays the same episodes.
         env_kwargs: Keyword arguments of ``env_id``.
+        action_mask_key: Where the env reports action masks (``collector.action_mask_key``).
     """
 
-    def __init__(self, env_id: str, num_envs: int, model_spec, seed: int, env_kwargs=None) -> None:
+    def __init__(
+        self,
+        env_id: str,
+        num_envs: int,
+        model_spec,
+        seed: int,
+        env_kwargs=None,
+        action_mask_key: str | None = None,
+    ) -> None:
         torch.set_num_threads(1)
         self.seed = seed
         self.network = model_spec.build().eval()
         sequence = np.random.SeedSequence([seed, EVALUATION_STREAM])
         self.policy = model_spec.make_policy(self.network, sequence)
-        self.envs = make_evaluation_envs(model_spec, env_id, num_envs, env_kwargs)
+        self.envs = make_evaluation_envs(
+            model_spec, env_id, num_envs, env_kwargs, action_mask_key=action_mask_key
+        )
+        self.action_mask_key = action_mask_key
         self.evaluations = 0
 
     def evaluate(self, weights, frames: int, episodes: int) -> EvalResult:
@@ -68,7 +80,9 @@ class Evaluator:
         seeds = evaluation_seeds(self.seed, self.envs.num_envs)
         self.evaluations += 1
         with torch.inference_mode():
-            returns, lengths = run_episodes(self.envs, self.policy, episodes, seeds)
+            returns, lengths = run_episodes(
+                self.envs, self.policy, episodes, seeds, action_mask_key=self.action_mask_key
+            )
         return EvalResult(
             weights.version, frames, tuple(returns), tuple(lengths), time.perf_counter() - started
         )
@@ -120,7 +134,14 @@ class EvaluationRunner:
                 num_cpus=cfg.num_cpus,
                 max_restarts=1,
             )
-            .remote(env_id, cfg.num_envs, self.controller.model_spec, run.seed, env_kwargs)
+            .remote(
+                env_id,
+                cfg.num_envs,
+                self.controller.model_spec,
+                run.seed,
+                env_kwargs,
+                run.collector.action_mask_key or None,
+            )
         )
         if cfg.run_at_start:
             self._launch()

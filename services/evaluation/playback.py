@@ -49,9 +49,9 @@ class GreedyActions:
     def __init__(self, policy) -> None:
         self.policy = policy
 
-    def act(self, obs, explore=None) -> tuple[np.ndarray, dict]:
-        """``policy.act(obs)`` for a batch, and no extras."""
-        return self.policy.act(obs), {}
+    def act(self, obs, explore=None, *, mask=None) -> tuple[np.ndarray, dict]:
+        """``policy.act(obs, mask=mask)`` for a batch, and no extras."""
+        return self.policy.act(obs, mask=mask), {}
 
 
 def video_recorder(video_dir: Path, every: int, quotas: list[int]):
@@ -135,7 +135,14 @@ def evaluate_policy(
     started, wall_clock = time.perf_counter(), time.time()
     with warnings.catch_warnings():  # RecordVideo: "Overwriting existing videos" per env
         warnings.filterwarnings("ignore", message=".*Overwriting existing videos.*")
-        envs = make_evaluation_envs(policy.spec, env_id, num_envs, env_kwargs, wrap=wrap)
+        envs = make_evaluation_envs(
+            policy.spec,
+            env_id,
+            num_envs,
+            env_kwargs,
+            wrap=wrap,
+            action_mask_key=config.collector.action_mask_key or None,
+        )
     try:
         if deterministic:
             actor, explore = GreedyActions(policy), None
@@ -144,7 +151,12 @@ def evaluate_policy(
             explore = policy.exploration()
         with torch.inference_mode():
             returns, lengths = run_episodes(
-                envs, actor, episodes, evaluation_seeds(seed, num_envs), explore
+                envs,
+                actor,
+                episodes,
+                evaluation_seeds(seed, num_envs),
+                explore,
+                action_mask_key=config.collector.action_mask_key or None,
             )
     finally:
         envs.close()  # RecordVideo writes an episode's file when it ends or the env closes

@@ -177,6 +177,8 @@ def run_episodes(
     episodes: int,
     seeds: list[int],
     explore: Mapping[str, Any] | None = None,
+    *,
+    action_mask_key: str | None = None,
 ) -> tuple[list[float], list[int]]:
     """Runs exactly ``episodes`` episodes with the policy's deterministic actions.
 
@@ -187,6 +189,8 @@ def run_episodes(
         seeds: One reset seed per env.
         explore: The exploration handed to ``policy.act`` (default ``{"deterministic":
             True}``; e.g. ``{}`` samples a stochastic actor).
+        action_mask_key: Where the envs report action masks (``collector.envs.masks``): the
+            policy acts under them (``act(obs, explore, mask=...)``).
 
     Returns:
         Returns and lengths of the episodes, env by env in finishing order.
@@ -194,6 +198,8 @@ def run_episodes(
     Continuous actions are clipped to a ``Box`` action space's bounds, as collectors do.
     """
     from gymnasium.spaces import Box  # the envs are gymnasium's (or look like them)
+
+    from collector.envs.masks import mask_reader
 
     space = getattr(envs, "single_action_space", None)
     bounds = (space.low, space.high) if isinstance(space, Box) else None
@@ -205,13 +211,17 @@ def run_episodes(
     resetting = np.zeros(n, bool)  # the step after an episode's end is the autoreset step
     returns: list[float] = []
     lengths: list[int] = []
-    obs, _ = envs.reset(seed=seeds)
+    obs, info = envs.reset(seed=seeds)
+    masks = mask_reader(envs, action_mask_key)
     explore = {"deterministic": True} if explore is None else dict(explore)
     while any(done < quota for done, quota in zip(finished, quotas, strict=True)):
-        actions, _ = policy.act(obs, explore)
+        if masks is None:
+            actions, _ = policy.act(obs, explore)
+        else:
+            actions, _ = policy.act(obs, explore, mask=masks.read(info))
         if bounds is not None:
             actions = np.clip(actions, *bounds)
-        obs, rewards, terminated, truncated, _ = envs.step(actions)
+        obs, rewards, terminated, truncated, info = envs.step(actions)
         for i in range(n):
             if resetting[i]:
                 resetting[i] = False

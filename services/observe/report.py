@@ -78,6 +78,7 @@ def summary(run: ReportView) -> dict:
         "env_errors": c.env_errors,
         "nonfinite_steps": c.nonfinite_steps,
         "checkpoint_failures": c.checkpoint_failures,
+        "invalid_actions": c.invalid_actions,
         "stopped_early": run.stop_requested,
         "stop_reason": run.stop_reason,
         "return_milestones": {f"{k:g}": v for k, v in sorted(accounting.milestones.items())},

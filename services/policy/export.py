@@ -4,6 +4,9 @@ The exported function is the policy's :class:`~services.policy.heads.PolicyHead`
 observations ``observation`` ``[B, *obs_shape]`` (float32, or uint8 frames) to action scores
 (``q_values``, ``logits``: the action is their argmax over the last axis) or to the action
 itself (``action``: continuous actions, already in the env's bounds), with the batch size free.
+A run with action masks (``collector.action_mask_key``) exports
+:class:`~services.policy.heads.MaskedHead` instead: a second input ``action_mask`` ``[B, width]``
+(bool), and forbidden actions score the dtype's minimum, so the argmax is an allowed action.
 
 * ``pt2``: ``torch.export.export`` then ``torch.export.save``; load it with
   ``torch.export.load(path).module()`` (torch only).
@@ -30,6 +33,8 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 import torch
+
+from services.policy.heads import MaskedHead
 
 FORMATS = ("pt2", "onnx")
 ONNX_PACKAGES = ("onnx", "onnxscript", "onnxruntime")
@@ -61,24 +66,39 @@ def example_observations(policy, batch: int = 4, seed: int = 0) -> torch.Tensor:
     return torch.as_tensor(array, device=policy.device)
 
 
-def _export_program(policy, example: torch.Tensor):
-    dynamic = ({0: torch.export.Dim("batch", min=1, max=1 << 16)},)
+def example_masks(policy, batch: int = 4, seed: int = 0) -> torch.Tensor | None:
+    """Random masks (each allowing at least one action) for a masked run's policy, else None."""
+    if policy.mask_key is None:
+        return None
+    from collector.envs.masks import mask_width
+
+    rng = np.random.default_rng(seed + 1)
+    mask = rng.random((batch, mask_width(policy.action_space))) < 0.5
+    mask[:, 0] |= ~mask.any(-1)
+    return torch.as_tensor(mask, device=policy.device)
+
+
+def _export_program(policy, inputs: tuple[torch.Tensor, ...]):
+    batch = torch.export.Dim("batch", min=1, max=1 << 16)
+    dynamic = tuple({0: batch} for _ in inputs)
+    module = policy.head if len(inputs) == 1 else MaskedHead(policy.head)
     with warnings.catch_warnings():  # torch's own deprecations inside export
         warnings.simplefilter("ignore", FutureWarning)
         warnings.simplefilter("ignore", UserWarning)
-        return torch.export.export(policy.head, (example,), dynamic_shapes=dynamic)
+        return torch.export.export(module, inputs, dynamic_shapes=dynamic)
 
 
-def _run_file(fmt: str, out: Path, example: torch.Tensor) -> np.ndarray:
+def _run_file(fmt: str, out: Path, inputs: tuple[torch.Tensor, ...]) -> np.ndarray:
     if fmt == "pt2":
         module = torch.export.load(str(out)).module()
         with torch.inference_mode():
-            return module(example).cpu().numpy()
+            return module(*inputs).cpu().numpy()
     import onnxruntime
 
     session = onnxruntime.InferenceSession(str(out), providers=["CPUExecutionProvider"])
-    name = session.get_inputs()[0].name
-    return session.run(None, {name: example.cpu().numpy()})[0]
+    names = [arg.name for arg in session.get_inputs()]
+    feeds = {name: x.cpu().numpy() for name, x in zip(names, inputs, strict=True)}
+    return session.run(None, feeds)[0]
 
 
 def export_policy(policy, fmt: str, out: str | Path, *, batch: int = 4) -> dict[str, Any]:
@@ -107,10 +127,13 @@ def export_policy(policy, fmt: str, out: str | Path, *, batch: int = 4) -> dict[
     out = Path(out).expanduser().resolve()
     out.parent.mkdir(parents=True, exist_ok=True)
     example = example_observations(policy, batch)
-    expected = policy.forward(example).cpu().numpy()
+    masks = example_masks(policy, batch)
+    inputs = (example,) if masks is None else (example, masks)
+    input_names = ["observation"] if masks is None else ["observation", "action_mask"]
+    expected = policy.forward(example, masks).cpu().numpy()
     head = policy.head
     try:
-        program = _export_program(policy, example)
+        program = _export_program(policy, inputs)
         if fmt == "pt2":
             torch.export.save(program, str(out))
         else:
@@ -119,14 +142,14 @@ def export_policy(policy, fmt: str, out: str | Path, *, batch: int = 4) -> dict[
                 warnings.simplefilter("ignore", UserWarning)
                 onnx_program = torch.onnx.export(
                     program,
-                    (example,),
+                    inputs,
                     dynamo=True,
-                    input_names=["observation"],
+                    input_names=input_names,
                     output_names=[head.output],
                     verbose=False,
                 )
             onnx_program.save(str(out))
-        got = _run_file(fmt, out, example)
+        got = _run_file(fmt, out, inputs)
     except Exception as err:  # torch.export / ONNX conversion of the user's network
         name = type(policy.network).__name__
         raise ExportError(f"{fmt}: exporting {name} failed: {err}") from err
@@ -146,6 +169,13 @@ def export_policy(policy, fmt: str, out: str | Path, *, batch: int = 4) -> dict[
             "shape": ["batch", *policy.observation_shape],
             "dtype": str(example.dtype).removeprefix("torch."),
         },
+        **(
+            {}
+            if masks is None
+            else {
+                "mask": {"name": "action_mask", "shape": ["batch", masks.shape[1]], "dtype": "bool"}
+            }
+        ),
         "output": {
             "name": head.output,
             "shape": ["batch", *expected.shape[1:]],

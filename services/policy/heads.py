@@ -6,7 +6,11 @@ by construction:
 
 * ``q`` (DQN): Q-values ``[B, n_actions]``; the action is their argmax.
 * ``actor_critic`` (PPO, A2C, REINFORCE): for discrete actions the logits ``[B, n_actions]``
-  (the mode is their argmax); for a ``Box`` the mean ``[B, action_dim]`` clipped to the bounds.
+  (the mode is their argmax); for a ``Box`` the mean ``[B, action_dim]`` clipped to the bounds;
+  for ``MultiDiscrete(nvec)`` the concatenated logits ``[B, sum(nvec)]`` (the mode: each
+  dimension's argmax), for ``MultiBinary(n)`` the bits' logits (the mode: the positive ones).
+
+With ``collector.action_mask_key`` :class:`MaskedHead` takes the mask as a second input.
 * ``squashed`` (SAC): the mean action ``center + half_range * tanh(mean)`` in the bounds.
 * ``agents`` (IQL, VDN, QMIX): per-agent Q-values ``[B, n_agents, n_actions]`` from the
   agents' observations ``[B, n_agents, width]`` (the network appends the agent ids).
@@ -25,6 +29,8 @@ import gymnasium as gym
 import numpy as np
 import torch
 from torch import nn
+
+from collector.networks.distributions import masked_logits
 
 OUTPUTS = {
     "q": "q_values",
@@ -53,9 +59,19 @@ class PolicyHead(nn.Module):
             raise ValueError(f"family: must be one of {tuple(OUTPUTS)}, got {family!r}")
         self.network = network
         self.family = family
-        self.discrete = isinstance(action_space, gym.spaces.Discrete | gym.spaces.MultiDiscrete)
-        self.output = OUTPUTS[family] if self.discrete or family != "actor_critic" else "action"
-        self.clipped = family == "actor_critic" and not self.discrete
+        factorised = gym.spaces.MultiDiscrete | gym.spaces.MultiBinary
+        self.factorised = family == "actor_critic" and isinstance(action_space, factorised)
+        self.nvec = (
+            tuple(int(n) for n in action_space.nvec)
+            if self.factorised and isinstance(action_space, gym.spaces.MultiDiscrete)
+            else None
+        )
+        self.discrete = not self.factorised and isinstance(
+            action_space, gym.spaces.Discrete | gym.spaces.MultiDiscrete
+        )
+        scores = self.discrete or self.factorised or family != "actor_critic"
+        self.output = OUTPUTS[family] if scores else "action"
+        self.clipped = family == "actor_critic" and not scores
         if self.clipped:
             low = torch.as_tensor(np.asarray(action_space.low, np.float32))
             high = torch.as_tensor(np.asarray(action_space.high, np.float32))
@@ -73,4 +89,25 @@ class PolicyHead(nn.Module):
 
     def actions(self, output: torch.Tensor) -> torch.Tensor:
         """The deterministic actions of :meth:`forward`'s output."""
+        if self.nvec is not None:  # MultiDiscrete: each dimension's argmax
+            return torch.stack([p.argmax(-1) for p in torch.split(output, self.nvec, -1)], -1)
+        if self.factorised:  # MultiBinary: the bits more likely set than not
+            return (output > 0).long()
         return output.argmax(dim=-1) if self.discrete else output
+
+
+class MaskedHead(nn.Module):
+    """A :class:`PolicyHead` taking the action mask too: ``forward(observation, action_mask)``.
+
+    The scores of forbidden actions (``action_mask`` 0 or False) are the dtype's minimum, so the
+    argmax is an allowed action (``collector.networks.distributions.masked_logits``); what an
+    exported policy of a masked run computes.
+    """
+
+    def __init__(self, head: PolicyHead) -> None:
+        super().__init__()
+        self.head = head
+
+    def forward(self, observation: torch.Tensor, action_mask: torch.Tensor) -> torch.Tensor:
+        """The masked action scores, batched."""
+        return masked_logits(self.head(observation), action_mask)

@@ -8,6 +8,11 @@ run's own collector policy (DQN with its final epsilon). Pixel policies also tak
 ``[H, W]`` (:mod:`services.policy.frames`), multi-agent ones the env wrapper's mapping or one
 step's agent observations (:mod:`services.policy.agents`); both keep what they need between
 steps until :meth:`Policy.reset`.
+
+A run with action masks (``collector.action_mask_key``) takes the mask with the observation:
+``act(observation, mask=mask)`` (bool or 0/1 ``[width]`` or ``[B, width]``), or the env's own
+``Dict`` observation holding the mask under that key (connect4's ``{"observation",
+"action_mask"}``); forbidden actions are never returned.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from collector.networks.distributions import masked_logits
 from services.policy.agents import AgentFeatures
 from services.policy.frames import FrameStack
 from services.policy.heads import PolicyHead
@@ -87,6 +93,7 @@ class Policy:
             base = getattr(spec, "base", spec)
             self.agents = AgentFeatures(base.obs_dim, base.num_actions, base.prev_action)
         self.seed = config.seed if seed is None else seed
+        self.mask_key = config.collector.action_mask_key or None
         self._sampler = None
 
     def __repr__(self) -> str:
@@ -102,12 +109,16 @@ class Policy:
         if self.agents is not None:
             self.agents.reset()
 
-    def forward(self, observation: torch.Tensor) -> torch.Tensor:
-        """The head's output for a batch of tensors (what an exported file computes)."""
-        with torch.inference_mode():
-            return self.head(observation.to(self.device, self.dtype))
+    def forward(self, observation: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+        """The head's output for a batch of tensors (what an exported file computes).
 
-    def act(self, observation: Any, deterministic: bool = True):
+        With ``mask`` (``[B, width]``) forbidden actions score the dtype's minimum.
+        """
+        with torch.inference_mode():
+            out = self.head(observation.to(self.device, self.dtype))
+            return out if mask is None else masked_logits(out, mask.to(self.device))
+
+    def act(self, observation: Any, deterministic: bool = True, *, mask: Any = None):
         """The action for one observation, or the actions for a batch.
 
         Args:
@@ -116,6 +127,8 @@ class Policy:
                 mapping or ``[n_agents, obs_dim]``).
             deterministic: Greedy, mode or mean actions; False samples as the run's
                 collectors did (DQN: epsilon-greedy with the final epsilon).
+            mask: The allowed actions (``[width]`` or ``[B, width]``, bool or 0/1); None: all,
+                or the mask entry of a ``Dict`` observation (``collector.action_mask_key``).
 
         Returns:
             ``[*action_shape]`` or ``[B, *action_shape]``: numpy for numpy input, a tensor on
@@ -125,6 +138,7 @@ class Policy:
             ValueError: Naming the shape expected, for an observation of another shape.
         """
         as_torch, device = _tensor_kind(observation)
+        observation, mask = self._split_mask(observation, mask)
         observation = self._features(observation)
         shape = self.observation_shape
         single = observation.ndim == len(shape)
@@ -134,12 +148,15 @@ class Policy:
                 f"observation: expected {list(shape)} or [B, {', '.join(map(str, shape))}], "
                 f"got {list(observation.shape)}"
             )
+        if mask is not None:
+            mask = np.asarray(mask.cpu() if isinstance(mask, torch.Tensor) else mask).astype(bool)
+            mask = mask[None] if mask.ndim == 1 else mask
         if deterministic:
             tensor = torch.as_tensor(batch).to(self.device, self.dtype)
-            with torch.inference_mode():
-                actions = self.head.actions(self.head(tensor)).cpu().numpy()
+            scores = self.forward(tensor, None if mask is None else torch.from_numpy(mask))
+            actions = self.head.actions(scores).cpu().numpy()
         else:
-            actions = self._sample(batch)
+            actions = self._sample(batch, mask)
         if self.agents is not None and single:
             self.agents.record(actions[0])
         actions = actions[0] if single else actions
@@ -159,6 +176,15 @@ class Policy:
         explore.pop("epsilons", None)
         return explore
 
+    def _split_mask(self, observation, mask):
+        """Takes the mask out of a ``Dict`` observation holding ``collector.action_mask_key``."""
+        key = self.mask_key
+        if key is None or not isinstance(observation, dict) or key not in observation:
+            return observation, mask
+        rest = {k: v for k, v in observation.items() if k != key}
+        mask = observation[key] if mask is None else mask
+        return (next(iter(rest.values())) if len(rest) == 1 else rest), mask
+
     def _features(self, observation):
         if self.agents is not None:
             return self.agents(observation)
@@ -172,7 +198,7 @@ class Policy:
             return self.frames.push(observation)
         return observation
 
-    def _sample(self, batch) -> np.ndarray:
+    def _sample(self, batch, mask: np.ndarray | None = None) -> np.ndarray:
         if self._sampler is None:
             self._sampler = self.collector_policy(np.random.SeedSequence([self.seed, 0x5A3B]))
         array = batch.cpu().numpy() if isinstance(batch, torch.Tensor) else np.asarray(batch)
@@ -181,7 +207,10 @@ class Policy:
         if self.agents is not None:
             array = {"observation": array}
         with torch.inference_mode():
-            actions, _ = self._sampler.act(array, self.exploration())
+            if mask is None:
+                actions, _ = self._sampler.act(array, self.exploration())
+            else:
+                actions, _ = self._sampler.act(array, self.exploration(), mask=mask)
         return np.asarray(actions)
 
 

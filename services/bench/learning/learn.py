@@ -12,8 +12,10 @@ Per entry, in the last line of standard output (one JSON object, entries under `
 ``frames_to_threshold_median`` (over the seeds that reached it), ``solved`` ("3/3"),
 ``wall_s`` (per seed: process start to exit, start-up included), ``reference`` (the published
 figure and its source) and ``vs_reference`` (median frames to threshold over the reference's
-frames), and ``plot``: a PNG of the running mean return against frames for each seed, with the
-threshold and the reference marked (:mod:`services.bench.learning.learn_plot`), written under
+frames), ``invalid_actions`` (entries with an action mask: the actions taken that the mask
+forbade, summed over the seeds; must be 0), and ``plot``: a PNG of the running mean return
+against frames for each seed, with the threshold and the reference marked
+(:mod:`services.bench.learning.learn_plot`), written under
 ``--out`` (default ``<storage root>/bench-learn-<time>``) next to the runs' directories and
 ``report.json`` (the entries so far). A run that fails or times out counts as not reached, its
 error under ``errors``, and the bench goes on.
@@ -91,6 +93,13 @@ def check_entries(entries: list[Entry], extra: tuple[str, ...] = ()) -> None:
             env_spaces(config)
         except ConfigError as err:
             raise ConfigError(f"{entry.name} ({entry.config}): {err}") from None
+
+
+def masked(entry: Entry) -> bool:
+    """Whether the entry's config acts under action masks (``collector.action_mask_key``)."""
+    from services.config import load_config
+
+    return bool(load_config(CONFIGS / entry.config, entry.overrides).collector.action_mask_key)
 
 
 def read_curve(run_dir: Path) -> list[tuple[int, float]]:
@@ -182,6 +191,7 @@ def run_once(
         "final_return": summary["episode_return_mean"],
         "wall_s": round(wall_s, 1),
         "startup_s": summary["startup_s"],
+        "invalid_actions": summary.get("invalid_actions", 0),
         "run_dir": summary["run_dir"],
         "curve": read_curve(Path(summary["run_dir"])),
     }
@@ -207,6 +217,12 @@ def summarize(entry: Entry, runs: list[dict], frames: int) -> dict:
         "seconds_to_threshold": [r["seconds_to_threshold"] for r in runs],
         "final_return": [r["final_return"] for r in runs],
         "errors": [r["error"] for r in runs if "error" in r],
+        # Actions the env's mask forbade, over every seed (collector.action_mask_key): must be 0.
+        **(
+            {"invalid_actions": sum(r.get("invalid_actions") or 0 for r in runs)}
+            if masked(entry)
+            else {}
+        ),
         "reference": {
             "frames": reference.frames,
             "score": reference.score,
