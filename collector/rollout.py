@@ -26,6 +26,7 @@ import torch
 
 from collector.envs.episodes import CountsEpisodes, EpisodeTracker
 from collector.envs.framestream import FrameStreamBuffer
+from collector.envs.spaces import ObservationDict, stored
 from collector.nstep import NStepBuffer
 
 
@@ -98,6 +99,7 @@ class RolloutWorker(CountsEpisodes):
         space = envs.single_action_space
         self.action_bounds = (space.low, space.high) if isinstance(space, gym.spaces.Box) else None
         self.episodes_tracker = EpisodeTracker(self.num_envs)
+        self.stored_keys = isinstance(envs.single_observation_space, ObservationDict)
         self.frames = 0
         self.reset(seeds)
 
@@ -168,6 +170,8 @@ class RolloutWorker(CountsEpisodes):
             "policy_version": np.full((num_steps, n), policy_version, dtype=np.int64),
             **extra_bufs,
         }
+        if self.stored_keys:  # a flattened Dict/Tuple observation: one column per key
+            obs_buf = stored(obs_buf)
         batch = RolloutBatch(self.windows.add(steps, obs_buf), returns, lengths)
         self.frames += batch.frames
         return batch

@@ -32,8 +32,8 @@ Examples:
     ...      "flags": gym.spaces.MultiBinary(4)}
     ... )
     >>> layout = describe(space)
-    >>> [(leaf.key, leaf.kind, leaf.shape, leaf.dtype) for leaf in layout.leaves]
-    [('flags', 'binary', (4,), 'int8'), ('pos.0', 'discrete', (), 'int64'), ('pos.1', 'vector', (2,), 'float32')]
+    >>> [(leaf.key, leaf.kind, leaf.shape) for leaf in layout.leaves]
+    [('flags', 'binary', (4,)), ('pos.0', 'discrete', ()), ('pos.1', 'vector', (2,))]
     >>> sorted(stored({"flags": 1, "pos.0": 2}))
     ['observation.flags', 'observation.pos.0']
 """
@@ -108,6 +108,8 @@ def is_structured(space: gym.Space) -> bool:
 
 def leaves(space: gym.Space, path: str = "") -> list[tuple[str, gym.Space]]:
     """``(key path, space)`` of every leaf of nested ``Dict``/``Tuple`` spaces, in order."""
+    if isinstance(space, ObservationDict):  # flattened already: its keys are the paths
+        return [(path + key, sub) for key, sub in space.spaces.items()]
     if isinstance(space, gym.spaces.Dict):
         found = []
         for key, sub in space.spaces.items():
@@ -308,6 +310,39 @@ def observation_space(
             describe(space, keys=keys, env_id=env_id)  # refuses keys of a flat space
         return space
     return flat_space(describe(space, keys=keys, env_id=env_id))
+
+
+def observation_keys_of(spec: Any) -> tuple[str, ...]:
+    """The leaf keys a network spec was built for (its ``layout``; a user's spec's base's).
+
+    Collectors build envs keeping exactly these keys, which is ``collector.observation_keys``
+    resolved (the driver built the spec from the selected space). Empty: no layout, keep all.
+    """
+    layout = getattr(spec, "layout", None) or getattr(getattr(spec, "base", None), "layout", None)
+    if layout is None or not getattr(layout, "keyed", False):
+        return ()
+    return tuple(layout.keys)
+
+
+def copied(obs: Any) -> Any:
+    """A copy of a batch of observations (an array, or a mapping of arrays)."""
+    if isinstance(obs, Mapping):
+        return {key: np.array(value) for key, value in obs.items()}
+    return np.array(obs)
+
+
+def stacked(observations: Sequence[Any]) -> Any:
+    """``np.stack`` of observations (arrays, or mappings of arrays stacked key by key)."""
+    if observations and isinstance(observations[0], Mapping):
+        return {key: np.stack([o[key] for o in observations]) for key in observations[0]}
+    return np.stack([np.asarray(o) for o in observations])
+
+
+def concatenated(observations: Sequence[Any]) -> Any:
+    """``np.concatenate`` of observation batches (key by key for mappings)."""
+    if observations and isinstance(observations[0], Mapping):
+        return {key: np.concatenate([o[key] for o in observations]) for key in observations[0]}
+    return np.concatenate(observations)
 
 
 def stored(observation: Mapping[str, Any], prefix: str = PREFIX) -> dict[str, Any]:

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import functools
 import importlib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import gymnasium as gym
 import numpy as np
 
 from collector.config import VECTOR_MODES
+from collector.envs.spaces import structured
 
 # Gymnasium env families whose dependencies are relayrl extras (pyproject.toml), by the module
 # of their entry point.
@@ -83,6 +84,7 @@ def make_vector_env(
     env_kwargs: Mapping[str, Any] | None = None,
     autoreset: str = "next_step",
     wrap: Callable[[gym.Env, int], gym.Env] | None = None,
+    observation_keys: Sequence[str] = (),
 ) -> gym.vector.VectorEnv:
     """Builds a vector env in gymnasium's ``NEXT_STEP`` (or ``SAME_STEP``) autoreset mode.
 
@@ -101,6 +103,8 @@ def make_vector_env(
             episode's first observation and the final one in ``info["final_obs"]``).
         wrap: ``wrap(env, index)`` wraps each sub-env as it is made (e.g. gymnasium's
             ``RecordVideo``); None: none.
+        observation_keys: A ``Dict``/``Tuple`` observation is flattened by key path
+            (:func:`collector.envs.spaces.structured`), keeping only these keys (empty: all).
 
     Returns:
         The vector env (not reset yet).
@@ -120,7 +124,10 @@ def make_vector_env(
     make = (
         resolve_factory(env_id) if is_factory_path(env_id) else functools.partial(gym.make, env_id)
     )
-    env_fns = [functools.partial(_guarded, make, kwargs, env_id, i, wrap) for i in range(num_envs)]
+    keys = tuple(observation_keys)
+    env_fns = [
+        functools.partial(_guarded, make, kwargs, env_id, i, wrap, keys) for i in range(num_envs)
+    ]
     vector_cls = gym.vector.SyncVectorEnv if mode == "sync" else gym.vector.AsyncVectorEnv
     return vector_cls(env_fns, autoreset_mode=autoreset, copy=False)
 
@@ -168,9 +175,9 @@ class GuardedEnv(gym.Wrapper):
 
 
 def _guarded(
-    make: Callable[..., gym.Env], kwargs: dict, env_id: str, index: int, wrap=None
+    make: Callable[..., gym.Env], kwargs: dict, env_id: str, index: int, wrap=None, keys=()
 ) -> gym.Env:
-    env = make(**kwargs)
+    env = structured(make(**kwargs), keys, env_id=env_id)
     return GuardedEnv(env if wrap is None else wrap(env, index), env_id, index)
 
 

@@ -33,7 +33,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from collector.networks.common import Explore, exploration
+from collector.networks.common import Explore, exploration, observation_tensor
 from collector.noise import policy_noise
 
 DISTRIBUTIONS = ("categorical", "gaussian")
@@ -175,7 +175,7 @@ class StochasticActor:
         """
         deterministic = bool(exploration(explore).get("deterministic"))
         with torch.inference_mode():
-            out, value = self.network(torch.as_tensor(obs, dtype=torch.float32))
+            out, value = self.network(observation_tensor(obs))
             if deterministic:
                 actions, log_prob = self._mode(out)
             elif self.spec.distribution == "categorical":
@@ -188,7 +188,7 @@ class StochasticActor:
     def value(self, obs: np.ndarray) -> np.ndarray:
         """The critic's float32 values ``[n]`` of observations (bootstrapping)."""
         with torch.inference_mode():
-            value = self.network.critic(torch.as_tensor(obs, dtype=torch.float32)).squeeze(-1)
+            value = self.network.critic(observation_tensor(obs)).squeeze(-1)
         return value.numpy()
 
     def _mode(self, out: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -24,8 +24,12 @@ def evaluate_chunks(network: Any, batch: TensorDict) -> tuple[torch.Tensor, ...]
         ``V(x_{t+1})``.
     """
     observation = batch["observation"]
-    size, steps = observation.shape[0], observation.shape[1] - 1
-    out, values = network(observation.flatten(0, 1))
+    size, steps = batch["action"].shape[0], batch["action"].shape[1]
+    if isinstance(observation, torch.Tensor):
+        observation = observation.flatten(0, 1)
+    else:  # a structured observation: a mapping of [B, T + 1, ...] tensors
+        observation = {key: value.flatten(0, 1) for key, value in observation.items()}
+    out, values = network(observation)
     out = out.unflatten(0, (size, steps + 1))[:, :steps].flatten(0, 1)
     values = values.unflatten(0, (size, steps + 1))
     distribution = network.distribution(out)

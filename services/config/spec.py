@@ -15,11 +15,12 @@ import os
 
 import gymnasium as gym
 
+from collector.envs.spaces import observation_space
 from collector.envs.vector import is_factory_path, missing_extra_hint, resolve_factory
 from collector.networks.builders import NETWORKS, NetworkOptions
 from services.config import multiagent
 from services.config.checks import check_spaces
-from services.config.recipes import AlgorithmConfigError, algorithm_for
+from services.config.recipes import algorithm_for
 from services.config.sections import ConfigError, RunConfig
 
 Spaces = tuple[gym.Space, gym.Space]
@@ -53,9 +54,11 @@ def env_spaces(config: RunConfig) -> Spaces:
         spaces = env.observation_space, env.action_space
     finally:
         env.close()
-    try:
+    try:  # a Dict/Tuple observation as collectors see it: flattened by key path
+        keys = config.collector.observation_keys
+        spaces = observation_space(spaces[0], keys, env_id=env_id), spaces[1]
         check_spaces(config, *spaces)
-    except AlgorithmConfigError as err:
+    except ValueError as err:  # AlgorithmConfigError, or a space no encoder takes
         raise ConfigError(str(err)) from None
     return spaces
 
@@ -97,6 +100,7 @@ def network_options(config: RunConfig) -> NetworkOptions:
         prev_action=config.learner.marl.prev_action,
         global_state=config.collector.global_state,
         action_noise=config.collector.action_noise,
+        discrete_encoding=config.collector.discrete_encoding,
     )
 
 
