@@ -24,6 +24,7 @@ from torch import nn
 from services.policy.agents import AgentFeatures
 from services.policy.frames import FrameStack
 from services.policy.heads import PolicyHead
+from services.policy.structured import StructuredInput
 
 
 class Policy:
@@ -77,7 +78,11 @@ class Policy:
         self.family: str = spec.family
         self.head = PolicyHead(self.network, self.family, action_space).to(self.device).eval()
         space = observation_space
-        if isinstance(space, gym.spaces.Dict):
+        layout = getattr(getattr(spec, "base", spec), "layout", None)
+        self.structured = StructuredInput(layout) if layout is not None and layout.keyed else None
+        if self.structured is not None:  # a Dict/Tuple observation (services.policy.structured)
+            space = gym.spaces.Box(0, 1, (1,))
+        elif isinstance(space, gym.spaces.Dict):
             space = space["observation"]
         self.observation_shape = tuple(space.shape)
         self.dtype = torch.uint8 if space.dtype == np.uint8 else torch.float32
@@ -125,6 +130,8 @@ class Policy:
             ValueError: Naming the shape expected, for an observation of another shape.
         """
         as_torch, device = _tensor_kind(observation)
+        if self.structured is not None:
+            return self._act_structured(observation, deterministic, as_torch, device)
         observation = self._features(observation)
         shape = self.observation_shape
         single = observation.ndim == len(shape)
@@ -159,6 +166,20 @@ class Policy:
         explore.pop("epsilons", None)
         return explore
 
+    def _act_structured(self, observation, deterministic: bool, as_torch: bool, device):
+        batch, single = self.structured(observation, self.device)
+        if deterministic:
+            with torch.inference_mode():
+                actions = self.head.actions(self.head(batch)).cpu().numpy()
+        else:
+            if self._sampler is None:
+                self._sampler = self.collector_policy(np.random.SeedSequence([self.seed, 0x5A3B]))
+            arrays = {key: value.cpu().numpy() for key, value in batch.items()}
+            with torch.inference_mode():
+                actions = np.asarray(self._sampler.act(arrays, self.exploration())[0])
+        actions = actions[0] if single else actions
+        return torch.as_tensor(actions, device=device) if as_torch else actions
+
     def _features(self, observation):
         if self.agents is not None:
             return self.agents(observation)
@@ -187,7 +208,8 @@ class Policy:
 
 def _tensor_kind(observation) -> tuple[bool, torch.device | None]:
     if isinstance(observation, dict):
-        observation = observation.get("observation")
+        first = next(iter(observation.values()), None)
+        observation = observation.get("observation", first)
     if isinstance(observation, torch.Tensor):
         return True, observation.device
     return False, None
