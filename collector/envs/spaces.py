@@ -158,9 +158,7 @@ def describe_leaf(key: str, space: gym.Space, *, env_id: str = "the env") -> Lea
     if isinstance(space, gym.spaces.MultiBinary):
         return Leaf(key, "binary", tuple(int(x) for x in np.atleast_1d(space.n)), "int8")
     where = f"observation key {key!r}" if key else "the observation"
-    hint = ""
-    if isinstance(space, gym.spaces.Text):
-        hint = "; drop it with collector.observation_keys (the keys to keep)"
+    hint = "; drop it with collector.observation_keys (the keys to keep)" if key else ""
     raise ValueError(
         f"collector.env_id: {env_id}: {where} is a {type(space).__name__} ({space}), which no "
         f"observation encoder takes (accepted: Box, Discrete, MultiDiscrete, MultiBinary, nested "

@@ -16,6 +16,8 @@ from collector.envs.spaces import structured
 # Gymnasium env families whose dependencies are relayrl extras (pyproject.toml), by the module
 # of their entry point.
 ENV_EXTRAS = {"gymnasium.envs.box2d.": "box2d", "gymnasium.envs.mujoco.": "mujoco"}
+# Env ids registered by importing a package, by id prefix: (package, relayrl extra).
+ENV_PACKAGES = {"MiniGrid-": ("minigrid", "minigrid")}
 AUTORESET_MODES = {
     "next_step": gym.vector.AutoresetMode.NEXT_STEP,
     "same_step": gym.vector.AutoresetMode.SAME_STEP,
@@ -49,6 +51,24 @@ def extra_for(env_id: str) -> str | None:
     if not isinstance(entry_point, str):
         return None
     return next((x for prefix, x in ENV_EXTRAS.items() if entry_point.startswith(prefix)), None)
+
+
+def register_env_package(
+    env_id: str, packages: Mapping[str, tuple[str, str]] = ENV_PACKAGES
+) -> None:
+    """Imports the package that registers ``env_id`` (MiniGrid's ids live in ``minigrid``).
+
+    Raises:
+        ImportError: Naming the relayrl extra to install, if the package is missing.
+    """
+    for prefix, (package, extra) in packages.items():
+        if env_id.startswith(prefix):
+            try:
+                importlib.import_module(package)
+            except ImportError:
+                raise ImportError(
+                    f'the {extra} extra is not installed: pip install "relayrl[{extra}]"'
+                ) from None
 
 
 def missing_extra_hint(env_id: str) -> str | None:
@@ -121,6 +141,8 @@ def make_vector_env(
         raise ValueError(f"vector_mode: must be one of {VECTOR_MODES}, got {mode!r}")
     kwargs = dict(env_kwargs or {})
     autoreset = AUTORESET_MODES[autoreset]
+    if not is_factory_path(env_id):
+        register_env_package(env_id)
     make = (
         resolve_factory(env_id) if is_factory_path(env_id) else functools.partial(gym.make, env_id)
     )

@@ -63,7 +63,7 @@ class _Image(nn.Module):
         self.last = channels_last(leaf.shape)
         channels = leaf.shape[-1] if self.last else leaf.shape[0]
         self.scale = PixelScale()
-        self.torso = impala_torso(channels) if torso == "impala" else nature_torso(channels)
+        self.torso = nature_torso(channels) if torso == "nature" else impala_torso(channels)
         with torch.no_grad():
             self.width = int(self.torso(torch.zeros(1, *self._chw(leaf.shape))).shape[-1])
 

@@ -16,7 +16,12 @@ import os
 import gymnasium as gym
 
 from collector.envs.spaces import observation_space
-from collector.envs.vector import is_factory_path, missing_extra_hint, resolve_factory
+from collector.envs.vector import (
+    is_factory_path,
+    missing_extra_hint,
+    register_env_package,
+    resolve_factory,
+)
 from collector.networks.builders import NETWORKS, NetworkOptions
 from services.config import multiagent
 from services.config.checks import check_spaces
@@ -42,6 +47,7 @@ def env_spaces(config: RunConfig) -> Spaces:
         if is_factory_path(env_id):  # module:function, as the collectors build it
             env = resolve_factory(env_id)(**config.collector.env_kwargs)
         else:
+            register_env_package(env_id)  # e.g. MiniGrid's ids: the minigrid extra
             env = gym.make(env_id, **config.collector.env_kwargs)
     except gym.error.DependencyNotInstalled as err:  # box2d, mujoco: name relayrl's extra
         hint = missing_extra_hint(env_id) or str(err)
