@@ -283,3 +283,21 @@ def test_a_users_network_receives_the_dict_and_trains(tmp_path):
     )
     with pytest.raises(ConfigError, match=r"learner\.network: .*corridor_actor_critic"):
         model_spec_for(broken)  # AllSpacesEnv has no 'agent' key
+
+
+def test_an_env_whose_package_is_missing_is_refused_naming_the_extra():
+    from collector.envs.vector import register_env_package
+
+    register_env_package("MiniGrid-DoorKey-5x5-v0")  # the minigrid extra (CI installs it)
+    fake = {"Fake-": ("relayrl_no_such_package", "fake")}
+    with pytest.raises(ImportError, match=r"the fake extra is not installed: .*relayrl\[fake\]"):
+        register_env_package("Fake-Grid-v0", fake)
+    register_env_package("CartPole-v1", fake)  # other ids import nothing
+    config = load_config(ROOT / "deploy/configs/minigrid_doorkey_ppo.yaml")
+    spaces = env_spaces(config)
+    assert sorted(spaces[0].spaces) == ["direction", "image"]  # mission dropped
+    dropped = load_config(
+        ROOT / "deploy/configs/minigrid_doorkey_ppo.yaml", ["collector.observation_keys=[]"]
+    )
+    with pytest.raises(ConfigError, match=r"'mission' is a MissionSpace.*observation_keys"):
+        env_spaces(dropped)

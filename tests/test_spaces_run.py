@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import torch
 
 from collector.envs.testing import CorridorEnv
@@ -10,6 +11,7 @@ from services.checkpoints.store import latest_valid
 from services.config import load_config
 from services.driver.controller import Controller
 from services.policy import load_policy
+from services.policy.export import export_policy
 from tests.conftest import ROOT
 
 # A uniformly random walk earns about 0.42 in CorridorEnv (2,000 episodes, seed 0); walking
@@ -59,3 +61,5 @@ def test_ppo_on_a_dict_observation_learns_and_its_checkpoint_loads(ray_cluster, 
     }
     actions = policy.act(batch)  # a batch of torch tensors: a tensor of actions
     assert isinstance(actions, torch.Tensor) and actions.tolist() == [2, 0]  # right, left
+    with pytest.raises(ValueError, match=r"--format pt2: the policy takes a Dict observation"):
+        export_policy(policy, "pt2", tmp_path / "policy.pt2")
