@@ -301,3 +301,18 @@ def test_an_env_whose_package_is_missing_is_refused_naming_the_extra():
     )
     with pytest.raises(ConfigError, match=r"'mission' is a MissionSpace.*observation_keys"):
         env_spaces(dropped)
+
+
+def test_a_bare_discrete_observation_is_one_hot_encoded_end_to_end():
+    config = load_config(
+        ROOT / "deploy/configs/cartpole_dqn.yaml", ["collector.env_id=FrozenLake-v1"]
+    )
+    spec = model_spec_for(config)  # Discrete(16) observations: the multi-input Q-network
+    assert type(spec).__name__ == "MultiInputQSpec" and not spec.layout.keyed
+    policy = spec.make_policy(spec.build(), np.random.SeedSequence(0))
+    worker = RolloutWorker(make_vector_env("FrozenLake-v1", 2), policy, [1, 2])
+    arrays = worker.rollout(20, {"epsilon": 0.5}, policy_version=0).transitions
+    assert arrays["observation"].dtype == np.int64 and arrays["observation"].ndim == 1
+    core = LearnerCore(spec, LearnerConfig(loss="dqn", global_batch_size=8))
+    metrics = core.train([core.to_batch(arrays)])
+    assert metrics and all(torch.isfinite(v) for v in metrics.values())
