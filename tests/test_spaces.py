@@ -143,12 +143,23 @@ def columns():
         seeds,
         OnPolicyTransform(kind="gae", gamma=0.9, gae_lambda=0.9),
     ).rollout(12, {}, policy_version=1)
+    episodes = OnPolicyWorker(
+        make_vector_env(ALL, 2, autoreset="same_step"),
+        ac_spec.make_policy(ac_spec.build(), np.random.SeedSequence(0)),
+        seeds,
+        OnPolicyTransform(kind="episodes", gamma=0.9, gae_lambda=0.9, baseline=True),
+    ).rollout(0, {}, policy_version=1, seeds=seeds)
     chunks = ChunkWorker(
         make_vector_env(ALL, 2),
         ac_spec.make_policy(ac_spec.build(), np.random.SeedSequence(0)),
         seeds,
     ).rollout(5, {}, policy_version=1)
-    return {"q": (q_spec, rollout), "gae": (ac_spec, gae), "chunks": (ac_spec, chunks)}
+    return {
+        "q": (q_spec, rollout),
+        "gae": (ac_spec, gae),
+        "episodes": (ac_spec, episodes),
+        "chunks": (ac_spec, chunks),
+    }
 
 
 def test_each_key_is_its_own_column_with_its_dtype_from_every_collector(columns):
@@ -174,7 +185,14 @@ def test_the_gae_bootstrap_reads_a_truncated_dict_observation(columns):
 
 @pytest.mark.parametrize(
     ("kind", "loss"),
-    [("q", "dqn"), ("gae", "ppo"), ("chunks", "impala")],
+    [
+        ("q", "dqn"),
+        ("gae", "ppo"),
+        ("gae", "a2c"),
+        ("episodes", "reinforce"),
+        ("chunks", "impala"),
+        ("chunks", "appo"),
+    ],
 )
 def test_learners_train_on_the_columns_nested_as_a_mapping(columns, kind, loss):
     spec, batch = columns[kind]
