@@ -334,3 +334,41 @@ def test_a_bare_discrete_observation_is_one_hot_encoded_end_to_end():
     core = LearnerCore(spec, LearnerConfig(loss="dqn", global_batch_size=8))
     metrics = core.train([core.to_batch(arrays)])
     assert metrics and all(torch.isfinite(v) for v in metrics.values())
+
+
+def test_an_external_actor_on_a_dict_env_sends_the_runs_named_fields_and_loads_its_weights():
+    from replay.wire.codecs import encode_arrays
+    from services.external_actor import actor_spec, served_observation_keys
+    from services.grpc.transitions import env_transition_spec
+
+    config = load_config(
+        ROOT / "deploy/configs/cartpole_dqn.yaml",
+        [f"collector.env_id={ALL}", "collector.observation_keys=[camera, pose, flags]"],
+    )
+    served = config.to_dict()  # what GetStatus's config_json carries
+    keys = served_observation_keys(served)
+    envs = make_vector_env(ALL, 2, observation_keys=keys)
+    hidden = tuple(config.learner.hidden_sizes)
+    spec = actor_spec(ALL, envs, hidden, served)
+    run_network = model_spec_for(config).build()
+    network = spec.build()
+    network.load_state_dict(run_network.state_dict())  # the served weights load as they are
+    policy = spec.make_policy(network, np.random.SeedSequence(0))
+    arrays = RolloutWorker(envs, policy, [1, 2], n_step=3).rollout(8, 0.5, 0).transitions
+    wire = env_transition_spec(ALL, {}, config.collector.observation_keys)
+    assert sorted(k for k in wire.tensors if k.startswith("observation.")) == [
+        "observation.camera", "observation.flags", "observation.pose.0", "observation.pose.1",
+    ]  # fmt: skip
+
+    @dataclasses.dataclass
+    class Tensor:
+        key: str
+        dtype: str
+        shape: list
+        data: bytes
+
+    tensors = [Tensor(*fields) for fields in encode_arrays(arrays)]
+    decoded = decode_batch(tensors, wire, max_bytes=1 << 24)
+    assert decoded["next_observation.camera"].shape[1:] == (3, 36, 36)
+    box = actor_spec("CartPole-v1", make_vector_env("CartPole-v1", 1), (8,), {})
+    assert type(box).__name__ == "ModelSpec" and box.obs_dim == 4  # the Box path as ever
