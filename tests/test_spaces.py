@@ -372,3 +372,12 @@ def test_an_external_actor_on_a_dict_env_sends_the_runs_named_fields_and_loads_i
     assert decoded["next_observation.camera"].shape[1:] == (3, 36, 36)
     box = actor_spec("CartPole-v1", make_vector_env("CartPole-v1", 1), (8,), {})
     assert type(box).__name__ == "ModelSpec" and box.obs_dim == 4  # the Box path as ever
+
+
+def test_the_spaces_bench_alternates_both_paths_and_reports_the_ratio():
+    from services.bench.runtime.spaces import measure
+
+    result = measure(rounds=2, seconds=0.2, num_envs=2, size=36, steps=8, act=False, seed=0)
+    assert result["networks"] == {"dict": "multi_input_q", "box": "q_mlp"}
+    assert len(result["ratios"]) == 2 and result["dict_over_box_frame_cost"] > 0
+    assert result["dict_frames_per_s"] > 0 and result["box_frames_per_s"] > 0
