@@ -6,6 +6,9 @@
     * ``multiagent``: :class:`ParallelVectorEnv`, PettingZoo parallel envs as one vector env.
     * ``episodes``: :class:`EpisodeTracker`, per-env returns and lengths across rollouts.
     * ``framestream``: observations written as frame streams for a frame-deduplicated replay.
+    * ``spaces``: ``Dict``/``Tuple`` observations flattened by key path (their layout, the
+      wrapper, the replay column of each key); ``testing``: small shipped envs with structured
+      observations (tests, ``services.bench spaces``).
 
 Atari's factory stays at ``collector.atari:make_atari`` (configs name it as their env id).
 """
