@@ -381,3 +381,12 @@ def test_the_spaces_bench_alternates_both_paths_and_reports_the_ratio():
     assert result["networks"] == {"dict": "multi_input_q", "box": "q_mlp"}
     assert len(result["ratios"]) == 2 and result["dict_over_box_frame_cost"] > 0
     assert result["dict_frames_per_s"] > 0 and result["box_frames_per_s"] > 0
+
+
+def test_frame_deduplication_with_a_dict_observation_is_refused_naming_the_field():
+    config = load_config(
+        ROOT / "deploy/configs/cartpole_dqn.yaml",
+        [f"collector.env_id={ALL}", "replay.frame_stack=4"],
+    )
+    with pytest.raises(ConfigError, match=r"^replay\.frame_stack: needs stacked uint8 frames"):
+        env_spaces(config)
