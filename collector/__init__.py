@@ -5,8 +5,8 @@ Layout:
     * ``envs`` (room): ``vector``: vector envs in gymnasium's ``NEXT_STEP`` autoreset mode, from
       a gymnasium id or a ``package.module:function`` factory (with ``env_kwargs``), sync or
       async; per-env seeds derived from the run seed, the collector index and the generation;
-      the relayrl extra a gymnasium env family needs (``box2d``, ``mujoco``), named when it is
-      missing. ``multiagent``: :class:`ParallelVectorEnv`, PettingZoo parallel envs
+      the relayrl extra a gymnasium env family needs (``box2d``, ``mujoco``, ``minigrid``), named
+      when it is missing. ``multiagent``: :class:`ParallelVectorEnv`, PettingZoo parallel envs
       (cooperative multi-agent, the ``marl`` extra) as one vector env: agent fields stacked
       ``[num_envs, n_agents, ...]``, the global state, the team reward and team episode ends.
       ``episodes``: :class:`EpisodeTracker`, per-env returns and lengths across rollouts.
@@ -16,6 +16,10 @@ Layout:
       handed to the policy, stored (``action_mask``, ``next_action_mask``) and the forbidden
       actions taken counted (``invalid_actions``). ``connect4``: PettingZoo's Connect Four
       against a random opponent as a single-agent env with a mask.
+      ``spaces``: ``Dict``/``Tuple``
+      observations flattened by key path (``collector.observation_keys`` keeps some), each key
+      stored as its own column ``observation.<key>``; ``testing``: small shipped envs with
+      ``Dict`` observations.
     * ``atari``: :func:`make_atari`, Atari envs with the DQN preprocessing (``atari`` extra;
       configs name ``collector.atari:make_atari`` as their env id).
     * ``noise``: :class:`~collector.noise.ColoredNoise`, temporally correlated (pink, red)

@@ -48,6 +48,7 @@ import torch
 from collector.chunks import ChunkWorker
 from collector.control import STATE_FORMAT, PauseBarrier, check_state
 from collector.delivery import ReplayWriter, SentRollout
+from collector.envs.spaces import observation_keys_of
 from collector.envs.vector import EnvError, env_seeds, make_vector_env
 from collector.onpolicy import OnPolicyTransform, OnPolicyWorker
 from collector.receipts import RolloutReceipt
@@ -160,6 +161,7 @@ class Collector:
                 num_envs,
                 mode=vector_mode,
                 env_kwargs=env_kwargs,
+                observation_keys=observation_keys_of(model_spec),
                 autoreset="same_step" if transform and transform.same_step else "next_step",
                 action_mask_key=action_mask_key,
             )

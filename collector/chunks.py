@@ -28,6 +28,7 @@ import torch
 
 from collector.envs.episodes import CountsEpisodes, EpisodeTracker
 from collector.envs.masks import MASK_COLUMN, mask_reader
+from collector.envs.spaces import copied, stacked, stored
 from collector.rollout import RolloutBatch
 
 STEP_KEYS = ("action", "log_prob", "reward", "terminated", "truncated", "valid")
@@ -93,7 +94,7 @@ class ChunkWorker(CountsEpisodes):
         """
         del seeds
         act, step, bounds = self.policy.act, self.envs.step, self.action_bounds
-        rows: dict[str, list[np.ndarray]] = {"observation": []}
+        rows: dict[str, list] = {"observation": []}
         obs, masks, mask = self.obs, self.masks, self.mask
         with torch.inference_mode():
             for _ in range(num_steps):
@@ -102,7 +103,7 @@ class ChunkWorker(CountsEpisodes):
                 else:
                     actions, extras = act(obs, explore, mask=mask)
                     rows.setdefault(MASK_COLUMN, []).append(mask)
-                rows["observation"].append(np.asarray(obs).copy())
+                rows["observation"].append(copied(obs))
                 rows.setdefault("action", []).append(np.asarray(actions))
                 rows.setdefault("log_prob", []).append(np.asarray(extras["log_prob"]))
                 rows.setdefault("valid", []).append(~self.resetting)
@@ -115,8 +116,9 @@ class ChunkWorker(CountsEpisodes):
                 rows.setdefault("terminated", []).append(np.asarray(terminated))
                 rows.setdefault("truncated", []).append(np.asarray(truncated))
                 self.resetting = np.asarray(terminated) | np.asarray(truncated)
-        rows["observation"].append(np.asarray(obs).copy())
+        rows["observation"].append(copied(obs))
         self.obs, self.mask = obs, mask
+        observations = stacked(rows.pop("observation"))
         steps = {key: np.stack(value) for key, value in rows.items()}  # time-major
         valid = steps["valid"]
         invalid = (
@@ -124,6 +126,11 @@ class ChunkWorker(CountsEpisodes):
         )
         done = (steps["terminated"] | steps["truncated"]) & valid
         returns, lengths = self.episodes_tracker.update(steps["reward"], valid, done)
+        steps |= (
+            stored(observations)
+            if isinstance(observations, dict)
+            else {"observation": observations}
+        )
         chunks = {k: np.ascontiguousarray(np.swapaxes(v, 0, 1)) for k, v in steps.items()}
         chunks["policy_version"] = np.full(self.num_envs, policy_version, np.int64)
         counted = int(valid.sum())

@@ -8,6 +8,7 @@ from typing import Any
 
 from collector.noise import COLORS
 
+DISCRETE_ENCODINGS = ("one_hot", "embedding")  # collector.networks.encoders
 VECTOR_MODES = ("sync", "async")  # collector.vector_mode (collector.envs.vector)
 
 EPSILON_SCHEDULES = ("linear", "apex")
@@ -40,6 +41,11 @@ class CollectorConfig:
     Attributes:
         env_id: Gymnasium environment id, or ``package.module:function`` returning one env.
         env_kwargs: Keyword arguments for ``gymnasium.make`` or the factory.
+        observation_keys: The keys of a ``Dict``/``Tuple`` observation to keep (top-level or
+            dotted paths such as ``pos.0``; empty: all), e.g. ``[image, direction]`` to drop
+            MiniGrid's ``mission`` text (``collector.envs.spaces``).
+        discrete_encoding: How the multi-input encoder takes ``Discrete``/``MultiDiscrete``
+            observation keys: ``one_hot`` or ``embedding`` (``collector.networks.encoders``).
         global_state: Multi-agent envs (IQL, VDN, QMIX): the global state stored with each
             transition: ``env`` (the env's ``state()``), ``observations`` (the agents'
             observations concatenated), ``auto`` (``state()`` if the env has one, else the
@@ -100,6 +106,8 @@ class CollectorConfig:
     # Environments
     env_id: str = "CartPole-v1"
     env_kwargs: dict[str, Any] = dataclasses.field(default_factory=dict)
+    observation_keys: tuple[str, ...] = ()
+    discrete_encoding: str = "one_hot"
     global_state: str = "auto"
     num_collectors: int | str = 2
     min_collectors: int = 1
@@ -209,6 +217,18 @@ class CollectorConfig:
                 "rollout_timeout_s",
                 "must be > 0",
                 self.rollout_timeout_s,
+            ),
+            (
+                self.discrete_encoding in DISCRETE_ENCODINGS,
+                "discrete_encoding",
+                f"must be one of {DISCRETE_ENCODINGS}",
+                self.discrete_encoding,
+            ),
+            (
+                all(isinstance(key, str) and key for key in self.observation_keys),
+                "observation_keys",
+                "must be non-empty key names",
+                self.observation_keys,
             ),
             (self.max_env_errors >= 0, "max_env_errors", "must be >= 0", self.max_env_errors),
             (

@@ -32,6 +32,7 @@ from collector.advantages import gae, returns_to_go
 from collector.config import OnPolicyTransform
 from collector.envs.episodes import CountsEpisodes, EpisodeTracker
 from collector.envs.masks import MASK_COLUMN, mask_reader
+from collector.envs.spaces import concatenated, copied, stacked, stored
 from collector.rollout import RolloutBatch
 
 # An env whose episode runs longer than this in an ``episodes`` rollout has no time limit.
@@ -137,7 +138,7 @@ class OnPolicyWorker(CountsEpisodes):
                 else:
                     actions, extras = act(obs, explore, mask=mask)
                     extras = {**extras, MASK_COLUMN: mask}
-                row = {"observation": obs.copy(), "action": actions, **extras}
+                row = {"observation": copied(obs), "action": actions, **extras}
                 obs, reward, terminated, truncated, info = step(
                     np.clip(actions, *bounds) if bounds is not None else actions
                 )
@@ -145,10 +146,12 @@ class OnPolicyWorker(CountsEpisodes):
                 if masks is not None:
                     mask = masks.read(info)
                 for key, value in row.items():
-                    rows.setdefault(key, []).append(np.asarray(value))
+                    rows.setdefault(key, []).append(
+                        value if key == "observation" else np.asarray(value)
+                    )
                 if truncated.any():
                     envs = np.flatnonzero(truncated)
-                    final = np.stack([np.asarray(info["final_obs"][e]) for e in envs])
+                    final = stacked([info["final_obs"][e] for e in envs])
                     finals.append((t, envs, final))
                 valid_rows.append(running.copy())
                 if whole:
@@ -157,17 +160,23 @@ class OnPolicyWorker(CountsEpisodes):
         if whole and running.any():
             raise RuntimeError(f"an episode ran past {MAX_EPISODE_STEPS} steps: no time limit?")
         self.obs, self.mask = obs, mask
-        steps = {k: np.stack(v) for k, v in rows.items()}
+        observations = stacked(rows.pop("observation"))
+        steps = (
+            stored(observations)
+            if isinstance(observations, dict)
+            else {"observation": observations}
+        )
+        steps |= {k: np.stack(v) for k, v in rows.items()}
         steps["reward"] = steps["reward"].astype(np.float32)
         steps["valid"] = np.stack(valid_rows)
         bootstrap = np.zeros(steps["reward"].shape, dtype=np.float32)
         needs_values = not whole or self.transform.baseline
         if finals and needs_values:
-            values = self.policy.value(np.concatenate([f for _, _, f in finals]))
+            values = self.policy.value(concatenated([f for _, _, f in finals]))
             offset = 0
-            for t_end, envs, final in finals:
-                bootstrap[t_end, envs] = values[offset : offset + len(final)]
-                offset += len(final)
+            for t_end, envs, _ in finals:
+                bootstrap[t_end, envs] = values[offset : offset + len(envs)]
+                offset += len(envs)
         steps["bootstrap"] = bootstrap
         if not whole:
             steps["last_value"] = self.policy.value(obs)[None]

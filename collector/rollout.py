@@ -32,6 +32,7 @@ import torch
 from collector.envs.episodes import CountsEpisodes, EpisodeTracker
 from collector.envs.framestream import FrameStreamBuffer
 from collector.envs.masks import MASK_COLUMN, mask_reader
+from collector.envs.spaces import ObservationDict, stored
 from collector.nstep import NStepBuffer
 
 
@@ -110,6 +111,7 @@ class RolloutWorker(CountsEpisodes):
         self.action_bounds = (space.low, space.high) if isinstance(space, gym.spaces.Box) else None
         self.episodes_tracker = EpisodeTracker(self.num_envs)
         self.masks = mask_reader(envs, action_mask_key)
+        self.stored_keys = isinstance(envs.single_observation_space, ObservationDict)
         self.frames = 0
         self.reset(seeds)
 
@@ -188,10 +190,13 @@ class RolloutWorker(CountsEpisodes):
             "policy_version": np.full((num_steps, n), policy_version, dtype=np.int64),
             **extra_bufs,
         }
+        if self.stored_keys:  # a flattened Dict/Tuple observation: one column per key
+            obs_buf = stored(obs_buf)
         invalid = 0
         if masks is not None:  # stored as action_mask and next_action_mask (collector.nstep)
             invalid = masks.count(action_buf[valid], mask_buf[:-1][valid])
-            obs_buf = {"observation": obs_buf, MASK_COLUMN: mask_buf}
+            columns = obs_buf if isinstance(obs_buf, dict) else {"observation": obs_buf}
+            obs_buf = {**columns, MASK_COLUMN: mask_buf}
         batch = RolloutBatch(self.windows.add(steps, obs_buf), returns, lengths)
         batch.invalid_actions = invalid
         self.frames += batch.frames

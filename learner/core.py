@@ -9,6 +9,7 @@ import torch
 from tensordict import TensorDict
 from torch import nn
 
+from collector.envs.spaces import regroup
 from learner.compilation import compile_policy
 from learner.config import LearnerConfig
 from learner.loss import LossDispatch
@@ -97,7 +98,9 @@ class LearnerCore:
                 tensor = tensor.float()
             tensors[key] = tensor
         n = len(next(iter(tensors.values())))
-        return TensorDict(tensors, batch_size=[n]).to(self.device)
+        # A structured observation's columns (observation.<key>) nest under observation: the
+        # network takes a mapping of tensors, each in its stored dtype (collector.envs.spaces).
+        return TensorDict(regroup(tensors), batch_size=[n]).to(self.device)
 
     def train(self, batches: Sequence[TensorDict]) -> dict[str, torch.Tensor]:
         """Runs one optimizer step per batch; returns 0-d metrics averaged over the steps.

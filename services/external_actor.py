@@ -35,6 +35,7 @@ import numpy as np
 import torch
 
 from collector.envs.vector import env_seeds, make_vector_env
+from collector.networks.builders import NETWORKS, NetworkOptions, network_for_space
 from collector.networks.q_mlp import ModelSpec
 from collector.rollout import RolloutWorker
 from services.grpc.client import RelayClient
@@ -122,6 +123,42 @@ def served_settings(config: dict) -> tuple[int, float, tuple[int, ...]]:
     return n_step, gamma, hidden
 
 
+def served_observation_keys(config: dict) -> tuple[str, ...]:
+    """The run's ``collector.observation_keys`` (the keys of a ``Dict`` observation it stores).
+
+    Raises:
+        UntrustedEnv: For anything but a list of short key names.
+    """
+    keys = (config.get("collector") or {}).get("observation_keys") or ()
+    if not isinstance(keys, list | tuple) or not all(
+        isinstance(key, str) and 0 < len(key) <= 200 for key in keys
+    ):
+        raise UntrustedEnv(f"the run's observation_keys are not key names: {str(keys)[:80]}")
+    return tuple(keys)
+
+
+def actor_spec(env_id: str, envs, hidden_sizes: tuple[int, ...], config: dict):
+    """The run's Q-network spec for these envs.
+
+    An MLP over a flat ``Box``, as ever; over a ``Dict``/``Tuple`` observation the multi-input
+    network (its options from the run's config, so the served weights load), whose rollouts
+    carry each key as its own named field (``observation.<key>``).
+    """
+    space, actions = envs.single_observation_space, envs.single_action_space
+    name = network_for_space("q_mlp", space)
+    if name == "q_mlp":
+        return ModelSpec(int(np.prod(space.shape)), int(actions.n), hidden_sizes)
+    learner, collector = config.get("learner") or {}, config.get("collector") or {}
+    options = NetworkOptions(
+        env_id=env_id,
+        hidden_sizes=hidden_sizes,
+        dueling=bool(learner.get("dueling", False)),
+        pixel_torso=str(learner.get("pixel_torso", "nature")),
+        discrete_encoding=str(collector.get("discrete_encoding", "one_hot")),
+    )
+    return NETWORKS[name](options, space, actions)
+
+
 def send(client: RelayClient, request, *, direct: bool, patience_s: float = 60.0):
     """Inserts one batch; retried (same ``seq``: stored once) while the run is still running.
 
@@ -166,12 +203,9 @@ def run(args: argparse.Namespace) -> dict:
     config = json.loads(status.config_json)
     env_id, env_kwargs = choose_env(args, config.get("collector", {}))
     n_step, gamma, hidden_sizes = served_settings(config)
-    envs = make_vector_env(env_id, args.envs, env_kwargs=env_kwargs)
-    spec = ModelSpec(
-        int(np.prod(envs.single_observation_space.shape)),
-        int(envs.single_action_space.n),
-        hidden_sizes,
-    )
+    keys = served_observation_keys(config)
+    envs = make_vector_env(env_id, args.envs, env_kwargs=env_kwargs, observation_keys=keys)
+    spec = actor_spec(env_id, envs, hidden_sizes, config)
     network = spec.build().eval()
     policy = spec.make_policy(network, np.random.SeedSequence(args.seed))
     worker = RolloutWorker(

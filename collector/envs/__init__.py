@@ -10,6 +10,9 @@
       mask out of the observation, :class:`MaskReader` reads, counts and stores it.
     * ``connect4``: PettingZoo's Connect Four against a random opponent, one agent, a mask
       (``collector.envs.connect4:connect_four``).
+    * ``spaces``: ``Dict``/``Tuple`` observations flattened by key path (their layout, the
+      wrapper, the replay column of each key); ``testing``: small shipped envs with structured
+      observations (tests, ``services.bench spaces``).
 
 Atari's factory stays at ``collector.atari:make_atari`` (configs name it as their env id).
 """

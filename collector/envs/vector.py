@@ -4,17 +4,20 @@ from __future__ import annotations
 
 import functools
 import importlib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import gymnasium as gym
 import numpy as np
 
 from collector.config import VECTOR_MODES
+from collector.envs.spaces import structured
 
 # Gymnasium env families whose dependencies are relayrl extras (pyproject.toml), by the module
 # of their entry point.
 ENV_EXTRAS = {"gymnasium.envs.box2d.": "box2d", "gymnasium.envs.mujoco.": "mujoco"}
+# Env ids registered by importing a package, by id prefix: (package, relayrl extra).
+ENV_PACKAGES = {"MiniGrid-": ("minigrid", "minigrid")}
 AUTORESET_MODES = {
     "next_step": gym.vector.AutoresetMode.NEXT_STEP,
     "same_step": gym.vector.AutoresetMode.SAME_STEP,
@@ -48,6 +51,24 @@ def extra_for(env_id: str) -> str | None:
     if not isinstance(entry_point, str):
         return None
     return next((x for prefix, x in ENV_EXTRAS.items() if entry_point.startswith(prefix)), None)
+
+
+def register_env_package(
+    env_id: str, packages: Mapping[str, tuple[str, str]] = ENV_PACKAGES
+) -> None:
+    """Imports the package that registers ``env_id`` (MiniGrid's ids live in ``minigrid``).
+
+    Raises:
+        ImportError: Naming the relayrl extra to install, if the package is missing.
+    """
+    for prefix, (package, extra) in packages.items():
+        if env_id.startswith(prefix):
+            try:
+                importlib.import_module(package)
+            except ImportError:
+                raise ImportError(
+                    f'the {extra} extra is not installed: pip install "relayrl[{extra}]"'
+                ) from None
 
 
 def missing_extra_hint(env_id: str) -> str | None:
@@ -84,6 +105,7 @@ def make_vector_env(
     autoreset: str = "next_step",
     wrap: Callable[[gym.Env, int], gym.Env] | None = None,
     action_mask_key: str | None = None,
+    observation_keys: Sequence[str] = (),
 ) -> gym.vector.VectorEnv:
     """Builds a vector env in gymnasium's ``NEXT_STEP`` (or ``SAME_STEP``) autoreset mode.
 
@@ -103,7 +125,11 @@ def make_vector_env(
         wrap: ``wrap(env, index)`` wraps each sub-env as it is made (e.g. gymnasium's
             ``RecordVideo``); None: none.
         action_mask_key: Moves the observation's action mask into the info
-            (:class:`collector.envs.masks.MaskToInfo`); None: observations as they are.
+            (:class:`collector.envs.masks.MaskToInfo`), before anything else sees the
+            observation; None: observations as they are.
+        observation_keys: A ``Dict``/``Tuple`` observation (what is left of it once the mask
+            is out) is flattened by key path (:func:`collector.envs.spaces.structured`),
+            keeping only these keys (empty: all).
 
     Returns:
         The vector env (not reset yet).
@@ -120,12 +146,16 @@ def make_vector_env(
         raise ValueError(f"vector_mode: must be one of {VECTOR_MODES}, got {mode!r}")
     kwargs = dict(env_kwargs or {})
     autoreset = AUTORESET_MODES[autoreset]
+    if not is_factory_path(env_id):
+        register_env_package(env_id)
     make = (
         resolve_factory(env_id) if is_factory_path(env_id) else functools.partial(gym.make, env_id)
     )
-    if action_mask_key:
-        wrap = _mask_wrap(action_mask_key, wrap)
-    env_fns = [functools.partial(_guarded, make, kwargs, env_id, i, wrap) for i in range(num_envs)]
+    keys = tuple(observation_keys)
+    env_fns = [
+        functools.partial(_guarded, make, kwargs, env_id, i, wrap, keys, action_mask_key)
+        for i in range(num_envs)
+    ]
     vector_cls = gym.vector.SyncVectorEnv if mode == "sync" else gym.vector.AsyncVectorEnv
     return vector_cls(env_fns, autoreset_mode=autoreset, copy=False)
 
@@ -173,21 +203,21 @@ class GuardedEnv(gym.Wrapper):
 
 
 def _guarded(
-    make: Callable[..., gym.Env], kwargs: dict, env_id: str, index: int, wrap=None
+    make: Callable[..., gym.Env],
+    kwargs: dict,
+    env_id: str,
+    index: int,
+    wrap=None,
+    keys=(),
+    mask_key: str | None = None,
 ) -> gym.Env:
     env = make(**kwargs)
+    if mask_key:  # the mask leaves the observation first (collector.envs.masks)
+        from collector.envs.masks import MaskToInfo
+
+        env = MaskToInfo(env, mask_key)
+    env = structured(env, keys, env_id=env_id)
     return GuardedEnv(env if wrap is None else wrap(env, index), env_id, index)
-
-
-def _mask_wrap(key: str, wrap=None) -> Callable[[gym.Env, int], gym.Env]:
-    """``wrap`` then :class:`collector.envs.masks.MaskToInfo` (a picklable partial)."""
-    return functools.partial(_wrap_mask, key, wrap)
-
-
-def _wrap_mask(key: str, wrap, env: gym.Env, index: int) -> gym.Env:
-    from collector.envs.masks import MaskToInfo
-
-    return MaskToInfo(env if wrap is None else wrap(env, index), key)
 
 
 # Tags the seeds of collectors started at a generation > 0 (see env_seeds).

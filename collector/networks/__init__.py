@@ -30,7 +30,11 @@ The specs:
       stacked uint8 frames;
     * ``agents``: :class:`~collector.networks.agents.AgentQSpec`, one parameter-shared agent
       Q-network with per-agent epsilon-greedy (IQL, VDN, QMIX);
-    * ``common``: exploration parameters, MLP trunks, the dueling head;
+    * ``encoders``: :class:`~collector.networks.encoders.MultiInputEncoder`, one encoder per
+      observation key (CNN, flatten, one-hot or embedding) concatenated, and the Q-network and
+      actor-critic over it for ``Dict``/``Tuple``, ``Discrete``, ``MultiBinary`` and any-rank
+      ``Box`` observations;
+    * ``common``: exploration parameters, MLP trunks, the dueling head, ``observation_tensor``;
     * ``distributions``: :func:`~collector.networks.distributions.masked_logits` (action
       masks) and the factorised distributions of ``MultiDiscrete`` and ``MultiBinary`` actions;
     * ``builders``: ``NETWORKS``, spec name -> ``builder(options, observation_space,

@@ -39,7 +39,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from collector.networks.common import Explore, exploration
+from collector.networks.common import Explore, exploration, observation_tensor
 from collector.networks.distributions import MultiBernoulli, MultiCategorical, masked_logits
 from collector.noise import policy_noise
 
@@ -194,7 +194,7 @@ class StochasticActor:
         """
         deterministic = bool(exploration(explore).get("deterministic"))
         with torch.inference_mode():
-            out, value = self.network(torch.as_tensor(obs, dtype=torch.float32))
+            out, value = self.network(observation_tensor(obs))
             if mask is not None:
                 out = masked_logits(out, torch.as_tensor(mask))
             if deterministic:
@@ -213,7 +213,7 @@ class StochasticActor:
     def value(self, obs: np.ndarray) -> np.ndarray:
         """The critic's float32 values ``[n]`` of observations (bootstrapping)."""
         with torch.inference_mode():
-            value = self.network.critic(torch.as_tensor(obs, dtype=torch.float32)).squeeze(-1)
+            value = self.network.critic(observation_tensor(obs)).squeeze(-1)
         return value.numpy()
 
     def _mode(self, out: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -14,7 +14,11 @@ The driver fills :class:`NetworkOptions` from the run's config and calls
     * ``cnn_actor_critic``: :class:`~collector.networks.cnn.PixelActorCriticSpec` (PPO, A2C on
       stacked frames);
     * ``squashed``: :class:`~collector.networks.squashed.SquashedGaussianSpec` (SAC);
-    * ``agents``: :class:`~collector.networks.agents.AgentQSpec` (IQL, VDN, QMIX).
+    * ``agents``: :class:`~collector.networks.agents.AgentQSpec` (IQL, VDN, QMIX);
+    * ``multi_input_q``, ``multi_input_actor_critic``: the same over structured observations
+      (``Dict``/``Tuple``, ``Discrete``, ``MultiBinary``, ``Box`` of any rank), the per-key
+      encoder of :mod:`collector.networks.encoders` before the heads; a recipe's ``network``
+      maps to them through :data:`MULTI_INPUT` (see :func:`network_for_space`).
 
 A builder refuses spaces it cannot serve with a ``ValueError`` naming the config field
 (``collector.env_id: ...``). This module imports no torch (each builder imports its spec's
@@ -52,6 +56,8 @@ class NetworkOptions:
         prev_action: Agents also see their previous action (``learner.marl.prev_action``).
         global_state: The multi-agent wrapper's state source (``collector.global_state``).
         action_noise: The color of a Gaussian policy's noise (``collector.action_noise``).
+        discrete_encoding: ``one_hot`` or ``embedding``, the multi-input encoder's treatment of
+            discrete observation keys.
     """
 
     env_id: str
@@ -61,6 +67,7 @@ class NetworkOptions:
     prev_action: bool = False
     global_state: str = "auto"
     action_noise: str = "white"
+    discrete_encoding: str = "one_hot"
 
 
 NetworkBuilder = Callable[[NetworkOptions, gym.Space, gym.Space], NetworkSpec]
@@ -220,6 +227,72 @@ def agents(options: NetworkOptions, obs_space: gym.Space, action_space: gym.Spac
     )
 
 
+def needs_encoder(obs_space: gym.Space) -> bool:
+    """Whether observations need the multi-input encoder (anything but a flat ``Box``)."""
+    return not (isinstance(obs_space, gym.spaces.Box) and len(obs_space.shape) == 1)
+
+
+def multi_input_q(
+    options: NetworkOptions, obs_space: gym.Space, action_space: gym.Space
+) -> NetworkSpec:
+    """A Q-network with the per-key encoder over structured observations."""
+    from collector.envs.spaces import describe
+    from collector.networks.encoders import MultiInputQSpec
+
+    return MultiInputQSpec(
+        describe(obs_space, env_id=options.env_id),
+        int(action_space.n),
+        options.hidden_sizes,
+        dueling=options.dueling,
+        torso=options.pixel_torso,
+        discrete=options.discrete_encoding,
+    )
+
+
+def multi_input_actor_critic(
+    options: NetworkOptions, obs_space: gym.Space, action_space: gym.Space
+) -> NetworkSpec:
+    """An actor-critic with the per-key encoder over structured observations."""
+    from collector.envs.spaces import describe
+    from collector.networks.encoders import MultiInputActorCriticSpec
+    from collector.noise import COLORS
+
+    layout = describe(obs_space, env_id=options.env_id)
+    common = {
+        "hidden_sizes": options.hidden_sizes,
+        "torso": options.pixel_torso,
+        "discrete": options.discrete_encoding,
+    }
+    if isinstance(action_space, gym.spaces.Discrete):
+        return MultiInputActorCriticSpec(layout, int(action_space.n), "categorical", **common)
+    return MultiInputActorCriticSpec(
+        layout,
+        int(action_space.shape[0]),
+        "gaussian",
+        noise_beta=COLORS[options.action_noise],
+        noise_horizon=episode_steps(options.env_id),
+        **common,
+    )
+
+
+# A recipe's network over flat observations -> its twin over structured ones.
+MULTI_INPUT = {"q_mlp": "multi_input_q", "actor_critic": "multi_input_actor_critic"}
+
+
+def network_for_space(network: str, obs_space: gym.Space) -> str:
+    """``network``'s multi-input twin when the observations need the encoder, else ``network``.
+
+    Examples:
+        >>> network_for_space("actor_critic", gym.spaces.Discrete(3))
+        'multi_input_actor_critic'
+        >>> network_for_space("actor_critic", gym.spaces.Box(-1, 1, (4,)))
+        'actor_critic'
+    """
+    if network in MULTI_INPUT and needs_encoder(obs_space):
+        return MULTI_INPUT[network]
+    return network
+
+
 NETWORKS: dict[str, NetworkBuilder] = {
     "q_mlp": q_mlp,
     "cnn_q": cnn_q,
@@ -227,4 +300,6 @@ NETWORKS: dict[str, NetworkBuilder] = {
     "cnn_actor_critic": cnn_actor_critic,
     "squashed": squashed,
     "agents": agents,
+    "multi_input_q": multi_input_q,
+    "multi_input_actor_critic": multi_input_actor_critic,
 }

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -29,6 +30,22 @@ def exploration(explore: Explore) -> dict[str, Any]:
     if isinstance(explore, Mapping):
         return dict(explore)
     return {"epsilon": float(explore)}
+
+
+def observation_tensor(obs: Any) -> Any:
+    """A batch of observations as the network takes it, sharing memory where it can.
+
+    A flat array becomes a float32 tensor (as ever); a mapping of arrays (a structured
+    observation, ``collector.envs.spaces``) a dict of tensors keeping their dtypes (the
+    multi-input encoder one-hots integers and scales uint8 images itself).
+
+    Examples:
+        >>> observation_tensor({"a": np.zeros((2, 3), np.uint8)})["a"].dtype
+        torch.uint8
+    """
+    if isinstance(obs, Mapping):
+        return {key: torch.as_tensor(np.asarray(value)) for key, value in obs.items()}
+    return torch.as_tensor(obs, dtype=torch.float32)
 
 
 def mlp_trunk(in_dim: int, hidden_sizes: tuple[int, ...]) -> tuple[nn.Sequential, int]:

@@ -7,7 +7,11 @@ network in one way, and a user's network is called the same way. The factory is 
 ``LearnerConfig``) and returns an ``nn.Module``; the contracts below are what the losses in
 ``learner/losses/`` and the collector policies read (``docs/networks.md`` has a worked example of
 each). Observations arrive as the env gives them: float32 ``[B, *obs_shape]``, or uint8 stacked
-frames ``[B, S, H, W]`` for pixel envs (the network scales them).
+frames ``[B, S, H, W]`` for pixel envs (the network scales them). A ``Dict``/``Tuple``
+observation arrives as a mapping ``{key path: [B, *shape]}`` (``image``, ``pos.0``; a
+``TensorDict`` in the learner, a ``dict`` in collectors: index it by key), each key in its
+stored dtype (uint8 images, int64 ``Discrete``, int8 ``MultiBinary``, float32 ``Box``;
+``collector.envs.spaces``).
 
 * ``q`` (e.g. ``dqn``): :class:`QValues`.
 * ``actor_critic`` (e.g. ``ppo``, ``a2c``, ``reinforce``): :class:`ActorCriticNetwork`.
@@ -120,8 +124,21 @@ class AgentQValues(Protocol):
         ...
 
 
-def dummy_observation(space: gym.Space, batch: int) -> torch.Tensor:
-    """A zero batch ``[batch, *shape]`` of the observations (the multi-agent ``observation``)."""
+def dummy_observation(space: gym.Space, batch: int):
+    """A zero batch ``[batch, *shape]`` of the observations (the multi-agent ``observation``).
+
+    A flattened ``Dict``/``Tuple`` observation (``collector.envs.spaces``) is a dict of such
+    batches keyed by path, each in its stored dtype; a network receives it as a mapping.
+    """
+    from collector.envs.spaces import ObservationDict
+
+    if isinstance(space, ObservationDict):
+        return {
+            key: torch.zeros(
+                (batch, *sub.shape), dtype=torch.from_numpy(np.zeros(0, sub.dtype)).dtype
+            )
+            for key, sub in space.spaces.items()
+        }
     if isinstance(space, gym.spaces.Dict):
         space = space["observation"]
     dtype = torch.uint8 if space.dtype == np.uint8 else torch.float32
@@ -173,13 +190,19 @@ def probe(
 
 
 def _shape(tensor) -> str:
+    if isinstance(tensor, dict):
+        return "{" + ", ".join(f"{k}: {_shape(v)}" for k, v in tensor.items()) + "}"
     if not isinstance(tensor, torch.Tensor):
         return f"a {type(tensor).__name__}"
     return str(list(tensor.shape))
 
 
+def _rows(obs) -> int:
+    return len(next(iter(obs.values()))) if isinstance(obs, dict) else obs.shape[0]
+
+
 def _check_q(q, obs, action_space, where, need) -> None:
-    n = obs.shape[0]
+    n = _rows(obs)
     if not isinstance(q, torch.Tensor) or tuple(q.shape) != (n, int(action_space.n)):
         raise ValueError(
             f"{where} maps observations {_shape(obs)} to {_shape(q)}; {need} needs Q-values "
@@ -201,7 +224,7 @@ def _pair(result, obs, where, what) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def _check_actor_critic(network, obs, action_space, where) -> None:
-    n = obs.shape[0]
+    n = _rows(obs)
     discrete = isinstance(action_space, gym.spaces.Discrete)
     width = int(action_space.n) if discrete else int(action_space.shape[0])
     what = "(logits, value)" if discrete else "(mean, value)"

@@ -32,6 +32,7 @@ import torch
 from torch import nn
 
 from collector.networks.actor_critic import StochasticActor
+from collector.networks.common import observation_tensor
 from collector.noise import policy_noise
 
 
@@ -134,7 +135,7 @@ class DistributionActor(StochasticActor):
     def value(self, obs: np.ndarray) -> np.ndarray:
         """The value ``[n]`` of each observation (``forward``'s second output)."""
         with torch.inference_mode():
-            return self.network(torch.as_tensor(obs, dtype=torch.float32))[1].numpy()
+            return self.network(observation_tensor(obs))[1].numpy()
 
     def _gaussian(self, mean: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         distribution = self.network.distribution(mean)

@@ -8,13 +8,20 @@ handed to learners, so both build the same module and exchange plain state dicts
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from typing import ClassVar
 
 import numpy as np
 import torch
 from torch import nn
 
-from collector.networks.common import DuelingHead, Explore, exploration, mlp_trunk
+from collector.networks.common import (
+    DuelingHead,
+    Explore,
+    exploration,
+    mlp_trunk,
+    observation_tensor,
+)
 from collector.networks.distributions import masked_logits
 
 
@@ -86,10 +93,14 @@ class EpsilonGreedy:
             epsilon = 1.0
         if params.get("deterministic"):
             epsilon = 0.0
-        n = obs.shape[0]
+        keyed = isinstance(obs, Mapping)  # a structured observation (collector.envs.spaces)
+        n = len(next(iter(obs.values()))) if keyed else obs.shape[0]
         if epsilon >= 1.0:
             return self._random(n, mask), {}
-        x = torch.from_numpy(obs) if obs.dtype == np.float32 else torch.as_tensor(obs).float()
+        if keyed:
+            x = observation_tensor(obs)
+        else:
+            x = torch.from_numpy(obs) if obs.dtype == np.float32 else torch.as_tensor(obs).float()
         if torch.is_inference_mode_enabled():
             q_values = self.q_network(x)
         else:

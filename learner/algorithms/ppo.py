@@ -58,6 +58,7 @@ REGISTERED = (
             "pong_ppo.yaml",
             "pong_ppo_gpu.yaml",
             "connect4_ppo_masked.yaml",
+            "minigrid_doorkey_ppo.yaml",
         ),
         solve=SolveTask("cartpole_ppo.yaml", 475.0),
         learn=(
@@ -121,6 +122,23 @@ REGISTERED = (
                 ),
                 suites=("full",),
                 position=41,
+            ),
+            LearnEntry(
+                "minigrid-doorkey-ppo",
+                "minigrid_doorkey_ppo.yaml",
+                0.9,
+                300_000,
+                Reference(
+                    80_000,
+                    0.9,
+                    "lcswillems/rl-starter-files README (PPO on MiniGrid-DoorKey-5x5-v0, "
+                    "--frames 80000, its default hyperparameters); the Farama MiniGrid docs list "
+                    "it among the envs PPO solves",
+                    "rl-starter-files encodes the 7x7x3 view with a small CNN and reports the "
+                    "return it logs; the bench flattens the view into an MLP (the minigrid extra)",
+                ),
+                suites=("full",),
+                position=15,
             ),
             LearnEntry(
                 "pong-ppo-smoke",

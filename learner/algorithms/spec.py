@@ -220,11 +220,11 @@ class Algorithm:
 
     def network_for(self, obs_space: gym.Space) -> str:
         """The ``NETWORKS`` key of its network for observations in ``obs_space``."""
-        from collector.networks.builders import is_pixels
+        from collector.networks.builders import is_pixels, network_for_space
 
         if self.pixel_network is not None and is_pixels(obs_space):
             return self.pixel_network
-        return self.network
+        return network_for_space(self.network, obs_space)  # Dict/Tuple, Discrete, ...
 
     def collector_transform(self, config) -> OnPolicyTransform | None:
         """What on-policy collectors build (None for off-policy n-step transitions)."""

@@ -25,8 +25,12 @@ def evaluate_chunks(network: Any, batch: TensorDict) -> tuple[torch.Tensor, ...]
         ``V(x_{t+1})``.
     """
     observation = batch["observation"]
-    size, steps = observation.shape[0], observation.shape[1] - 1
-    out, values = network(observation.flatten(0, 1))
+    size, steps = batch["action"].shape[0], batch["action"].shape[1]
+    if isinstance(observation, torch.Tensor):
+        observation = observation.flatten(0, 1)
+    else:  # a structured observation: a mapping of [B, T + 1, ...] tensors
+        observation = {key: value.flatten(0, 1) for key, value in observation.items()}
+    out, values = network(observation)
     out = out.unflatten(0, (size, steps + 1))[:, :steps].flatten(0, 1)
     mask = batch.get("action_mask", None)  # [B, T, width] (collector.action_mask_key)
     out = masked_logits(out, None if mask is None else mask.flatten(0, 1))

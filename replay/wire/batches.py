@@ -24,6 +24,8 @@ import gymnasium as gym
 import numpy as np
 
 from replay.receipts import WriteReceipt
+from replay.wire.episodes import check_episodes, check_episodes_proven
+from replay.wire.errors import BatchError
 
 # numpy dtype names a tensor may carry on the wire.
 DTYPES = (
@@ -48,10 +50,6 @@ MAX_ECHO = 40
 ACTION_TOLERANCE = 1e-5
 # A writer's batches take turns over the shards in runs of this many sequence numbers.
 ROUTE_GROUP = 8
-
-
-class BatchError(ValueError):
-    """A batch that does not match the run's transition spec; the message names the key."""
 
 
 def shown(text: str, limit: int = MAX_ECHO) -> str:
@@ -112,14 +110,20 @@ def transition_spec(
 
     Observations keep the space's dtype and shape; discrete actions are int64 scalars (what the
     epsilon-greedy policy returns), Box actions float32 of the space's shape; rewards and
-    n-step discounts are float32, the episode flags bool, the policy version int64.
+    n-step discounts are float32, the episode flags bool, the policy version int64. A flat
+    ``Dict`` observation (a ``Dict``/``Tuple`` flattened by key path, ``collector.envs.spaces``)
+    is one named field per key: ``observation.<key>`` and ``next_observation.<key>``.
 
     Raises:
         ValueError: For a space that collectors cannot store (not Box or Discrete).
     """
-    if not isinstance(observation_space, gym.spaces.Box):
+    if isinstance(observation_space, gym.spaces.Dict):
+        keyed = {key: _leaf_spec(key, space) for key, space in observation_space.spaces.items()}
+    elif not isinstance(observation_space, gym.spaces.Box):
         raise ValueError(f"observation space {observation_space} is not a Box")
-    observation = TensorSpec(np.dtype(observation_space.dtype).name, observation_space.shape)
+    else:
+        keyed = None
+        observation = TensorSpec(np.dtype(observation_space.dtype).name, observation_space.shape)
     if isinstance(action_space, gym.spaces.Discrete):
         action, num_actions = TensorSpec("int64", ()), int(action_space.n)
     elif isinstance(action_space, gym.spaces.Box):
@@ -133,17 +137,31 @@ def transition_spec(
             "action_high": tuple(float(x) for x in np.ravel(action_space.high)),
         }
     scalar = ()
-    tensors = {
-        "observation": observation,
-        "action": action,
-        "reward": TensorSpec("float32", scalar),
-        "next_observation": observation,
+    if keyed is not None:
+        tensors = {f"observation.{key}": spec for key, spec in keyed.items()}
+        tensors |= {"action": action, "reward": TensorSpec("float32", scalar)}
+        tensors |= {f"next_observation.{key}": spec for key, spec in keyed.items()}
+    else:
+        tensors = {
+            "observation": observation,
+            "action": action,
+            "reward": TensorSpec("float32", scalar),
+            "next_observation": observation,
+        }
+    tensors |= {
         "terminated": TensorSpec("bool", scalar),
         "truncated": TensorSpec("bool", scalar),
         "n_step_discount": TensorSpec("float32", scalar),
         "policy_version": TensorSpec("int64", scalar),
     }
     return TransitionSpec(tensors, num_actions, **bounds)
+
+
+def _leaf_spec(key: str, space: gym.spaces.Space) -> TensorSpec:
+    """One key of a flat ``Dict`` observation (its space's dtype and shape)."""
+    if isinstance(space, gym.spaces.Dict | gym.spaces.Tuple) or space.dtype is None:
+        raise ValueError(f"observation key {key!r}: {space} is not flattened")
+    return TensorSpec(np.dtype(space.dtype).name, tuple(int(x) for x in space.shape))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -316,51 +334,6 @@ def check_meaning(
                 f"version {max_version}"
             )
     return arrays
-
-
-def check_episodes(returns: Sequence[float], lengths: Sequence[int]) -> None:
-    """Episode returns must be finite and lengths >= 1, one length per return.
-
-    Raises:
-        BatchError: Naming ``episode_returns`` or ``episode_lengths``.
-    """
-    if len(returns) != len(lengths):
-        raise BatchError(
-            f"episode_lengths: one length per episode return, got {len(lengths)} for {len(returns)}"
-        )
-    if returns and not all(math.isfinite(value) for value in returns):
-        raise BatchError("episode_returns: must be finite (no NaN or infinity)")
-    if lengths and min(lengths) < 1:
-        raise BatchError(f"episode_lengths: must be >= 1, got {min(lengths)}")
-
-
-def episode_ends(arrays: dict[str, np.ndarray]) -> int:
-    """Transitions of a batch that end an episode (``terminated`` or ``truncated``).
-
-    Examples:
-        >>> episode_ends({"terminated": np.array([0, 1, 0], bool), "truncated": np.ones(3, bool)})
-        3
-    """
-    ends = None
-    for key in ("terminated", "truncated"):
-        flags = arrays.get(key)
-        if flags is not None and len(flags):
-            flags = np.asarray(flags).reshape(len(flags), -1).any(axis=1)
-            ends = flags if ends is None else ends | flags
-    return 0 if ends is None else int(ends.sum())
-
-
-def check_episodes_proven(returns: Sequence[float], arrays: dict[str, np.ndarray]) -> None:
-    """At most one finished episode per transition of the batch that ends one.
-
-    Raises:
-        BatchError: Naming ``episode_returns``.
-    """
-    if returns and len(returns) > (proven := episode_ends(arrays)):
-        raise BatchError(
-            f"episode_returns: {len(returns)} finished episodes, but only {proven} of the "
-            "batch's transitions end an episode (terminated or truncated)"
-        )
 
 
 def check_insert(

@@ -24,6 +24,7 @@ SUBCOMMANDS = (
     "startup",
     "async",
     "tune",
+    "spaces",
 )
 # The module of each subcommand, under services.bench (``async`` is a Python keyword).
 MODULES = {
@@ -41,6 +42,7 @@ MODULES = {
     "startup": "runtime.startup",
     "async": "runtime.async_bench",
     "tune": "learning.tune",
+    "spaces": "runtime.spaces",
 }
 
 

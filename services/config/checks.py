@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import gymnasium as gym
 
-from collector.networks.builders import flat_obs_dim, is_pixels
+from collector.envs.spaces import describe
+from collector.networks.builders import MULTI_INPUT, flat_obs_dim, is_pixels
 from services.config import multiagent
 from services.config.actions import factorised_actions
 from services.config.recipes import ALGORITHMS, AlgorithmConfigError
@@ -235,7 +236,11 @@ def check_spaces(config, obs_space: gym.Space, action_space: gym.Space) -> None:
             f"{' or '.join(_FRAME_STACKING)} (on-policy tables keep stacks), "
             f"{config.collector.env_id} has {obs_space}; got {config.replay.frame_stack}"
         )
+    network = algo.network_for(obs_space)
     try:
-        flat_obs_dim(config.collector.env_id, obs_space)
+        if network in MULTI_INPUT.values():  # Dict/Tuple, Discrete, ...: the per-key encoder
+            describe(obs_space, env_id=config.collector.env_id)
+        else:
+            flat_obs_dim(config.collector.env_id, obs_space)
     except ValueError as err:
         raise AlgorithmConfigError(str(err)) from None

@@ -15,7 +15,13 @@ import os
 
 import gymnasium as gym
 
-from collector.envs.vector import is_factory_path, missing_extra_hint, resolve_factory
+from collector.envs.spaces import observation_space
+from collector.envs.vector import (
+    is_factory_path,
+    missing_extra_hint,
+    register_env_package,
+    resolve_factory,
+)
 from collector.networks.builders import NETWORKS, NetworkOptions
 from services.config import multiagent
 from services.config.actions import masked_observation_space
@@ -49,6 +55,7 @@ def env_spaces(config: RunConfig) -> Spaces:
         if is_factory_path(env_id):  # module:function, as the collectors build it
             env = resolve_factory(env_id)(**config.collector.env_kwargs)
         else:
+            register_env_package(env_id)  # e.g. MiniGrid's ids: the minigrid extra
             env = gym.make(env_id, **config.collector.env_kwargs)
     except gym.error.DependencyNotInstalled as err:  # box2d, mujoco: name relayrl's extra
         hint = missing_extra_hint(env_id) or str(err)
@@ -61,10 +68,14 @@ def env_spaces(config: RunConfig) -> Spaces:
         spaces = env.observation_space, env.action_space
     finally:
         env.close()
-    try:  # the mask (collector.action_mask_key) leaves the observation (collector.envs.masks)
+    try:
+        # as collectors see it: the mask (collector.action_mask_key) out of the observation
+        # (collector.envs.masks), then a Dict/Tuple observation flattened by key path
         spaces = masked_observation_space(config, *spaces), spaces[1]
+        keys = config.collector.observation_keys
+        spaces = observation_space(spaces[0], keys, env_id=env_id), spaces[1]
         check_spaces(config, *spaces)
-    except AlgorithmConfigError as err:
+    except ValueError as err:  # AlgorithmConfigError, or a space no encoder takes
         raise ConfigError(str(err)) from None
     return spaces
 
@@ -106,6 +117,7 @@ def network_options(config: RunConfig) -> NetworkOptions:
         prev_action=config.learner.marl.prev_action,
         global_state=config.collector.global_state,
         action_noise=config.collector.action_noise,
+        discrete_encoding=config.collector.discrete_encoding,
     )
 
 

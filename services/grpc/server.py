@@ -254,7 +254,8 @@ def serve_run(config, controller: ServedRun) -> GrpcServer | None:
         return None
     from services.grpc.transitions import env_transition_spec
 
-    spec = env_transition_spec(config.collector.env_id, config.collector.env_kwargs)
+    collector = config.collector
+    spec = env_transition_spec(collector.env_id, collector.env_kwargs, collector.observation_keys)
     server = GrpcServer(
         config.grpc,
         controller.inbox,

@@ -2,21 +2,30 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 import gymnasium as gym
 
-from collector.envs.vector import is_factory_path, resolve_factory
+from collector.envs.spaces import observation_space
+from collector.envs.vector import is_factory_path, register_env_package, resolve_factory
 from replay.wire.batches import TransitionSpec, transition_spec
 
 
-def env_transition_spec(env_id: str, env_kwargs: Mapping | None = None) -> TransitionSpec:
-    """Makes the env once (a gymnasium id or ``module:function``) and reads its spec."""
+def env_transition_spec(
+    env_id: str, env_kwargs: Mapping | None = None, observation_keys: Sequence[str] = ()
+) -> TransitionSpec:
+    """Makes the env once (a gymnasium id or ``module:function``) and reads its spec.
+
+    A ``Dict``/``Tuple`` observation is read as collectors see it: flattened by key path and
+    restricted to ``observation_keys`` (``collector.envs.spaces``), one named field per key.
+    """
     if is_factory_path(env_id):
         env = resolve_factory(env_id)(**dict(env_kwargs or {}))
     else:
+        register_env_package(env_id)
         env = gym.make(env_id, **dict(env_kwargs or {}))
     try:
-        return transition_spec(env.observation_space, env.action_space)
+        space = observation_space(env.observation_space, observation_keys, env_id=env_id)
+        return transition_spec(space, env.action_space)
     finally:
         env.close()

@@ -116,7 +116,8 @@ def export_policy(policy, fmt: str, out: str | Path, *, batch: int = 4) -> dict[
         ``max_abs_diff`` between the file's output and the policy's.
 
     Raises:
-        ValueError: For an unknown format, or ``onnx`` without the ``onnx`` extra.
+        ValueError: For an unknown format, ``onnx`` without the ``onnx`` extra, or a policy
+            over a ``Dict`` observation (exports take one tensor).
         ExportError: If the export fails or the file's output differs by more than 1e-5 (relative
             and absolute).
     """
@@ -124,6 +125,12 @@ def export_policy(policy, fmt: str, out: str | Path, *, batch: int = 4) -> dict[
         raise ValueError(f"--format: must be one of {FORMATS}, got {fmt!r}")
     if fmt == "onnx" and (missing := missing_onnx_packages()):
         raise ValueError(f"--format onnx: needs {', '.join(missing)}: {ONNX_EXTRA}")
+    if getattr(policy, "structured", None) is not None:
+        raise ValueError(
+            f"--format {fmt}: the policy takes a Dict observation "
+            f"({list(policy.structured.layout.keys)}); exports take one observation tensor, so "
+            "use load_policy(...).act for Dict observations"
+        )
     out = Path(out).expanduser().resolve()
     out.parent.mkdir(parents=True, exist_ok=True)
     example = example_observations(policy, batch)

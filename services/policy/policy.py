@@ -30,6 +30,7 @@ from collector.networks.distributions import masked_logits
 from services.policy.agents import AgentFeatures
 from services.policy.frames import FrameStack
 from services.policy.heads import PolicyHead
+from services.policy.structured import StructuredInput
 
 
 class Policy:
@@ -83,7 +84,11 @@ class Policy:
         self.family: str = spec.family
         self.head = PolicyHead(self.network, self.family, action_space).to(self.device).eval()
         space = observation_space
-        if isinstance(space, gym.spaces.Dict):
+        layout = getattr(getattr(spec, "base", spec), "layout", None)
+        self.structured = StructuredInput(layout) if layout is not None and layout.keyed else None
+        if self.structured is not None:  # a Dict/Tuple observation (services.policy.structured)
+            space = gym.spaces.Box(0, 1, (1,))
+        elif isinstance(space, gym.spaces.Dict):
             space = space["observation"]
         self.observation_shape = tuple(space.shape)
         self.dtype = torch.uint8 if space.dtype == np.uint8 else torch.float32
@@ -139,6 +144,8 @@ class Policy:
         """
         as_torch, device = _tensor_kind(observation)
         observation, mask = self._split_mask(observation, mask)
+        if self.structured is not None:
+            return self._act_structured(observation, deterministic, as_torch, device, mask)
         observation = self._features(observation)
         shape = self.observation_shape
         single = observation.ndim == len(shape)
@@ -185,6 +192,30 @@ class Policy:
         mask = observation[key] if mask is None else mask
         return (next(iter(rest.values())) if len(rest) == 1 else rest), mask
 
+    def _act_structured(self, observation, deterministic: bool, as_torch: bool, device, mask=None):
+        batch, single = self.structured(observation, self.device)
+        if mask is not None:
+            mask = np.asarray(mask.cpu() if isinstance(mask, torch.Tensor) else mask).astype(bool)
+            mask = mask[None] if mask.ndim == 1 else mask
+        if deterministic:
+            with torch.inference_mode():
+                out = self.head(batch)
+                if mask is not None:
+                    out = masked_logits(out, torch.from_numpy(mask).to(self.device))
+                actions = self.head.actions(out).cpu().numpy()
+        else:
+            if self._sampler is None:
+                self._sampler = self.collector_policy(np.random.SeedSequence([self.seed, 0x5A3B]))
+            arrays = {key: value.cpu().numpy() for key, value in batch.items()}
+            explore = self.exploration()
+            with torch.inference_mode():
+                if mask is None:
+                    actions = np.asarray(self._sampler.act(arrays, explore)[0])
+                else:
+                    actions = np.asarray(self._sampler.act(arrays, explore, mask=mask)[0])
+        actions = actions[0] if single else actions
+        return torch.as_tensor(actions, device=device) if as_torch else actions
+
     def _features(self, observation):
         if self.agents is not None:
             return self.agents(observation)
@@ -216,7 +247,8 @@ class Policy:
 
 def _tensor_kind(observation) -> tuple[bool, torch.device | None]:
     if isinstance(observation, dict):
-        observation = observation.get("observation")
+        first = next(iter(observation.values()), None)
+        observation = observation.get("observation", first)
     if isinstance(observation, torch.Tensor):
         return True, observation.device
     return False, None
