@@ -83,6 +83,34 @@ class _InfoMasked(gym.Env):
         return obs, reward, False, self.t >= LENGTH, info
 
 
+class _MaskedCorridor(gym.Wrapper):
+    """The corridor's ``Dict`` observation plus an ``action_mask`` key: staying is forbidden."""
+
+    def __init__(self) -> None:
+        from collector.envs.testing import CorridorEnv
+
+        super().__init__(CorridorEnv())
+        spaces = dict(self.env.observation_space.spaces)
+        spaces["action_mask"] = gym.spaces.Box(0, 1, (3,), np.int8)
+        self.observation_space = gym.spaces.Dict(spaces)
+
+    def _masked(self, obs):
+        return {**obs, "action_mask": np.array([1, 0, 1], np.int8)}
+
+    def reset(self, **kwargs):
+        obs, info = self.env.reset(**kwargs)
+        return self._masked(obs), info
+
+    def step(self, action):
+        obs, *rest = self.env.step(action)
+        return (self._masked(obs), *rest)
+
+
+def masked_corridor() -> gym.Env:
+    """See the module docstring."""
+    return _MaskedCorridor()
+
+
 def multi_discrete() -> gym.Env:
     """See the module docstring."""
     return _MultiDiscrete()

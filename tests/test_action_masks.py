@@ -299,3 +299,31 @@ def test_the_driver_sums_the_invalid_actions_of_rollout_receipts():
     restored = Accounting(frame_skip=1, goals=ReturnGoals(episode_window=1))
     restored.load_state_dict(accounting.state_dict())  # a checkpoint carries the count
     assert restored.counters.invalid_actions == 5
+
+
+def test_a_mask_beside_a_dict_observation_leaves_it_before_the_keys_are_flattened():
+    env_id = "tests.action_envs:masked_corridor"
+    overrides = [f"collector.env_id={env_id}", f"collector.action_mask_key={KEY}"]
+    for algorithm in ("ppo", "dqn"):
+        config = load_config(overrides=[f"algorithm={algorithm}", *overrides])
+        observation_space, _ = env_spaces(config)
+        assert KEY not in observation_space.spaces and "agent" in observation_space.spaces
+    spec = model_spec_for(config)  # DQN over the multi-input encoder
+    dqn = spec.make_policy(spec.build(), np.random.SeedSequence(0))
+    envs = make_vector_env(env_id, 4, action_mask_key=KEY)
+    worker = RolloutWorker(envs, dqn, [1, 2, 3, 4], n_step=2, action_mask_key=KEY)
+    for epsilon in (1.0, 0.0):
+        columns = worker.rollout(60, {"epsilon": epsilon}, 0).transitions
+        assert {"observation.agent", "next_observation.goal", KEY, "next_action_mask"} <= set(
+            columns
+        )
+        assert "observation" not in columns and (columns["action"] != 1).all()
+    assert worker.masks.invalid_actions == 0
+    config = load_config(overrides=["algorithm=ppo", *overrides])
+    spec = model_spec_for(config)
+    ppo = spec.make_policy(spec.build(), np.random.SeedSequence(0))
+    envs = make_vector_env(env_id, 4, action_mask_key=KEY, autoreset="same_step")
+    worker = OnPolicyWorker(envs, ppo, [1, 2, 3, 4], OnPolicyTransform(), action_mask_key=KEY)
+    batch = worker.rollout(50, {}, 0)
+    assert batch.invalid_actions == 0 and (batch.transitions["action"] != 1).all()
+    assert batch.transitions[KEY].shape == (200, 3) and "observation.noise" in batch.transitions
