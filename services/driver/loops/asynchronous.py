@@ -93,8 +93,7 @@ class AsyncOnPolicyLoop:
                 "steps): when the learner falls behind, chunks are dropped as stale",
                 self.config.learner.max_policy_lag,
                 lag,
-                self.config.learner.vtrace.num_epochs
-                * self.config.learner.vtrace.num_minibatches,
+                self.config.learner.vtrace.num_epochs * self.config.learner.vtrace.num_minibatches,
             )
 
     # -- the queue ---------------------------------------------------------------------------
