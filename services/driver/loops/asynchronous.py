@@ -57,7 +57,7 @@ def full_queue_lag(config) -> int:
     Examples:
         >>> from services.config import load_config
         >>> full_queue_lag(load_config("deploy/configs/cartpole_appo.yaml"))
-        16
+        10
     """
     options = config.learner.vtrace
     batches = options.queue_batches + options.max_round_batches
