@@ -7,20 +7,23 @@ to the next shard in :mod:`collector.delivery`, the pause barrier and the saved-
 the one stepper thread that runs every rollout's serial work.
 
 Pipelining: the actor runs two rollout calls at once (``ROLLOUT_CONCURRENCY``) and one stepper
-thread. A rollout call hands its work to the stepper, which in one go fetches and applies newer
-weights, steps the envs, takes the sequence number and sends the replay write (so writes leave in
-sequence order); the call then waits for the write's acknowledgement while the stepper already
-steps the next rollout. A receipt is returned only after its write is acknowledged, so a counted
-rollout is always stored.
+thread. A rollout call fetches newer weights it was handed (while the stepper still steps the
+previous rollout), then hands its work to the stepper, which in one go applies them, steps the
+envs, takes the sequence number and sends the replay write (so writes leave in sequence order);
+the call then waits for the write's acknowledgement while the stepper already steps the next
+rollout. A receipt is returned only after its write is acknowledged, so a counted rollout is
+always stored.
 
-Why one stepper thread that also fetches and sends: every time another Python thread of the
-process takes the GIL while the envs are being stepped, the stepping thread loses the GIL and
-waits to get it back, so even a helper thread that merely wakes now and then slows a raw
-stepping loop. When rollout threads fetched weights and serialized writes concurrently with
-stepping, the stepping thread was switched out often; doing that work on the stepper, between
-rollouts, leaves few switches (the figures are in ``docs/benchmarks.md``, "Design
-measurements"). Small replay writes also skip the object store (see
-``collector.config.INLINE_WRITE_BYTES``).
+Why one stepper thread that also sends: every time another Python thread of the process takes
+the GIL while the envs are being stepped, the stepping thread loses the GIL and waits to get it
+back, so even a helper thread that merely wakes now and then slows a raw stepping loop. When
+rollout threads serialized writes concurrently with stepping, the stepping thread was switched
+out often; doing that work on the stepper, between rollouts, leaves few switches (the figures are
+in ``docs/benchmarks.md``, "Design measurements"). A weights fetch is mostly a wait for the
+object's owner (the GIL released) and happens at most once per publication, so it runs on the
+rollout call's thread: with short rollouts (the asynchronous loop's chunks, a publication every
+few rollouts) fetching on the stepper cost the collectors up to a tenth of their time. Small
+replay writes also skip the object store (see ``collector.config.INLINE_WRITE_BYTES``).
 
 What remains: in a threaded actor, Ray's main thread takes the GIL every 10 ms to check for
 signals (``CoreWorker.CheckSignal``), so the same raw loop runs a little slower inside a
@@ -231,22 +234,24 @@ class Collector:
         """
         self._barrier.enter()
         try:
-            sent = self._stepper.submit(self._step_and_send, frames, explore, weights).result()
+            fetched = None  # fetched here, while the stepper may still step the previous rollout
+            if weights is not None and self.weights.is_newer(weights):
+                fetched = ray.get(weights.ref)
+            step = self._step_and_send
+            sent = self._stepper.submit(step, frames, explore, weights, fetched).result()
             return sent.receipt(self.collector_id, self.writer.acknowledged(sent))
         finally:
             self._barrier.leave()
 
-    def _step_and_send(self, frames: int, explore, weights) -> SentRollout:
-        """Runs on the stepper thread: fetches and applies newer weights, steps, sends the write.
+    def _step_and_send(self, frames: int, explore, weights, fetched=None) -> SentRollout:
+        """Runs on the stepper thread: applies fetched newer weights, steps, sends the write.
 
-        Writes leave in sequence order because one thread sends them all.
+        ``fetched`` holds the tensors of ``weights`` (None: nothing newer to apply). Writes leave
+        in sequence order because one thread sends them all.
         """
         if isinstance(explore, Mapping) and "epsilons" in explore:
             epsilons = explore["epsilons"]
             explore = {**explore, "epsilon": epsilons[self.collector_id % len(epsilons)]}
-        fetched = None
-        if weights is not None and self.weights.is_newer(weights):
-            fetched = ray.get(weights.ref)
         with self._step_lock:
             if fetched is not None:
                 self.weights.apply(weights, fetched)

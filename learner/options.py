@@ -80,6 +80,11 @@ class VTraceOptions:
         is_clip: APPO: upper clip of IMPACT's importance weight ``mu / pi_old``.
         queue_batches: Global batches the learner queue holds (written chunks not yet taken,
             plus those in flight); collection waits while it is full.
+        max_round_batches: Global batches one round may take when the queue holds several (as
+            IMPALA's learner takes what is queued): a round of ``k`` batches trains ``k x
+            num_minibatches`` minibatches of the usual size per pass and publishes once, so a
+            learner that fell behind catches up without a driver round trip per batch (1: one
+            batch per round). At most ``queue_batches``.
         normalize_advantage: Standardize the policy-gradient advantages over each minibatch's
             valid steps (as PPO's ``learner.onpolicy.normalize_advantage``).
     """
@@ -95,6 +100,7 @@ class VTraceOptions:
     clip_epsilon: float = 0.2
     is_clip: float = 2.0
     queue_batches: int = 4
+    max_round_batches: int = 1
     normalize_advantage: bool = False
 
     def __post_init__(self) -> None:
@@ -107,5 +113,12 @@ class VTraceOptions:
         for name in ("rho_bar", "c_bar", "rho_bar_pg", "clip_epsilon", "is_clip"):
             check_field(getattr(self, name) > 0, name, "must be > 0", getattr(self, name))
         check_field(self.queue_batches >= 1, "queue_batches", "must be >= 1", self.queue_batches)
+        rounds = self.max_round_batches
+        check_field(
+            1 <= rounds <= self.queue_batches,
+            "max_round_batches",
+            f"must be in [1, queue_batches={self.queue_batches}]",
+            rounds,
+        )
         lam = self.vtrace_lambda
         check_field(0 <= lam <= 1, "vtrace_lambda", "must be in [0, 1]", lam)

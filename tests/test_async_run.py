@@ -60,13 +60,19 @@ def run_config(name: str, tmp_path, *overrides: str, scrape: bool = False):
     return summary, seen
 
 
-def assert_frames_exact(summary) -> None:
-    """Collected = trained + dropped + queued, every frame from a receipt."""
+def assert_frames_exact(summary, batch: int = 8, steps: int = 1) -> None:
+    """Collected = trained + dropped + queued, every frame from a receipt.
+
+    ``batch`` chunks make ``steps`` optimizer steps (IMPALA's config: 8 and 1); a round takes
+    whole batches.
+    """
     assert summary["frames"] == summary["transitions"]
     queued = summary["frames"] - summary["frames_trained"] - summary["frames_dropped"]
     assert 0 <= queued <= 1024  # less than a batch (at most 32 chunks of 32 steps) is left
     assert summary["rounds_started"] == summary["rounds_reported"] > 0
-    assert summary["optim_steps"] % summary["rounds_started"] == 0  # whole rounds
+    assert summary["items_taken"] == summary["items_reported"]
+    assert summary["items_taken"] % batch == 0  # whole batches
+    assert summary["optim_steps"] == summary["items_taken"] // batch * steps
 
 
 @pytest.fixture(scope="module")
@@ -132,7 +138,7 @@ def test_appo_learns_through_live_resizes_of_collectors_shards_and_ranks(
     assert [f.result(timeout=0) for f in asked] and not steps
     assert summary["generation"] == 2  # two world-size changes
     assert summary["episode_return_mean"] > 100
-    assert_frames_exact(summary)
+    assert_frames_exact(summary, batch=32, steps=2)
     assert "frames not checked" not in caplog.text  # the loop's own check ran and held
     assert {"clip_fraction", "approx_kl", "rho_mean"} <= set(rounds[-1].metrics)
 
@@ -146,11 +152,15 @@ def test_collectors_keep_collecting_while_a_slow_learner_drops_stale_chunks(ray_
         "learner.loss_options={delay_s: 0.1}",
         "learner.max_policy_lag=1",
         "learner.vtrace.queue_batches=8",
+        "learner.vtrace.max_round_batches=4",
         "replay.capacity=2048",
         scrape=True,
     )
     assert summary["items_dropped"] > 0 and summary["frames_dropped"] > 0
     assert_frames_exact(summary)
+    # The queue ran deep behind the slow learner: rounds took several batches at once.
+    assert summary["items_taken"] > 8 * summary["rounds_started"]
+    assert max(sum(r.lags) for r in seen["rounds"]) > 8
     assert summary["lag_counts"][-1] == summary["items_dropped"]  # the last bin: beyond 1
     scrape = seen["scrape"]
     dropped = re.search(
@@ -174,6 +184,7 @@ def test_collectors_keep_collecting_while_a_slow_learner_drops_stale_chunks(ray_
         (["replay.fifo_queue=false"], "replay.fifo_queue"),
         (["learner.global_batch_size=15", "learner.world_size=2"], "learner.global_batch_size"),
         (["replay.capacity=64"], "replay.capacity"),
+        (["learner.vtrace.max_round_batches=5"], "learner.vtrace.max_round_batches"),
     ],
 )
 def test_nonsense_is_refused_before_any_actor_starts(overrides, field):

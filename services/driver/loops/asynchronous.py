@@ -11,7 +11,9 @@ Collection and learning overlap as in IMPALA (Espeholt et al., 2018) and Sample 
 2. whenever the queue holds a global batch (``learner.global_batch_size`` chunks), one learner
    round takes it (each rank its share, oldest first), trains ``learner.vtrace.num_epochs``
    passes of ``num_minibatches`` and publishes; collectors pick the new version up with their
-   next rollout;
+   next rollout. A queue that holds several batches is taken in one round of up to
+   ``learner.vtrace.max_round_batches`` of them (minibatches of the same size, one publication),
+   so a learner that fell behind catches up without a driver round trip per batch;
 3. chunks acted by a version more than ``learner.max_policy_lag`` behind the learner are
    dropped by the ranks (masked out, counted: ``frames_dropped``); the rest are trained on
    with V-trace's correction (``learner.vtrace``).
@@ -46,10 +48,11 @@ ROUND_SUMS = ("items_dropped", "frames_trained", "frames_dropped", "lag_sum")
 def full_queue_lag(config) -> int:
     """The policy lag a chunk reaches when the learner is the bottleneck and the queue is full.
 
-    Such a chunk waits for the ``queue_batches`` rounds ahead of it, and the weights it was acted
-    with were already about one round old: ``(queue_batches + 1) x`` the optimizer steps of a
-    round. A ``learner.max_policy_lag`` below it drops chunks whenever the learner falls behind
-    (the loop logs a warning at start; every shipped config stays above it).
+    Such a chunk waits for the ``queue_batches`` batches ahead of it, and the weights it was
+    acted with were already up to one round old (a round takes up to ``max_round_batches``
+    batches): ``(queue_batches + max_round_batches) x`` the optimizer steps of a batch. A
+    ``learner.max_policy_lag`` below it drops chunks whenever the learner falls behind (the loop
+    logs a warning at start; every shipped config stays above it).
 
     Examples:
         >>> from services.config import load_config
@@ -57,7 +60,8 @@ def full_queue_lag(config) -> int:
         10
     """
     options = config.learner.vtrace
-    return (options.queue_batches + 1) * options.num_epochs * options.num_minibatches
+    batches = options.queue_batches + options.max_round_batches
+    return batches * options.num_epochs * options.num_minibatches
 
 
 class AsyncOnPolicyLoop:
@@ -71,6 +75,8 @@ class AsyncOnPolicyLoop:
         self.controller = controller
         self.config = controller.config
         self.items_taken = 0  # chunks handed to learner rounds (trained or dropped)
+        self.items_reported = 0  # chunks of the rounds whose receipts came back
+        self.round_items = 0  # chunks of the round in flight
         self.totals = dict.fromkeys(ROUND_SUMS, 0.0)
         self.lag_max = 0.0
         self.rounds_started = 0
@@ -83,11 +89,11 @@ class AsyncOnPolicyLoop:
         if self.config.learner.max_policy_lag < lag:
             logger.warning(
                 "learner.max_policy_lag %d < %d, the lag of a chunk behind a full queue "
-                "(learner.vtrace.queue_batches + 1 rounds of %d optimizer steps): when the learner "
-                "falls behind, chunks are dropped as stale",
+                "(learner.vtrace.queue_batches + max_round_batches batches of %d optimizer "
+                "steps): when the learner falls behind, chunks are dropped as stale",
                 self.config.learner.max_policy_lag,
                 lag,
-                lag // (self.config.learner.vtrace.queue_batches + 1),
+                self.config.learner.vtrace.num_epochs * self.config.learner.vtrace.num_minibatches,
             )
 
     # -- the queue ---------------------------------------------------------------------------
@@ -118,30 +124,44 @@ class AsyncOnPolicyLoop:
     def _issue_rollouts(self) -> None:
         issue_rollouts(self.controller, self._collection_open)
 
-    def plan(self) -> EpochPlan:
-        """One round: each rank's share of a global batch, its passes and the lag limit."""
+    def plan(self, batches: int = 1) -> EpochPlan:
+        """One round of ``batches`` global batches: each rank's share, its passes, the lag limit.
+
+        The minibatches keep their size: a round of ``k`` batches has ``k x num_minibatches``
+        per pass.
+        """
         learner = self.config.learner
         options = learner.vtrace
         return EpochPlan(
-            self.batch // learner.world_size,
+            batches * self.batch // learner.world_size,
             options.num_epochs,
-            options.num_minibatches,
+            batches * options.num_minibatches,
             max_policy_lag=learner.max_policy_lag,
         )
 
+    def round_batches(self) -> int:
+        """Global batches the next round takes: what is queued, up to ``max_round_batches``."""
+        return min(self.queued() // self.batch, self.config.learner.vtrace.max_round_batches)
+
     def _maybe_start_round(self) -> None:
         c = self.controller
-        if c.pending_round is not None or c.stop_requested or self.queued() < self.batch:
+        if c.pending_round is not None or c.stop_requested:
+            return
+        batches = self.round_batches()
+        if batches < 1:
             return
         assert c.learners is not None  # set up before the loop runs
-        plan = self.plan()
+        plan = self.plan(batches)
         c.pending_round = c.learners.start_round(plan.steps, epochs=plan)
-        self.items_taken += self.batch
+        self.round_items = batches * self.batch
+        self.items_taken += self.round_items
         self.rounds_started += 1
 
     def _on_round(self, controller, receipt) -> None:
         """The ``round`` hook: adds what a finished round's ranks reported."""
         self.rounds_reported += 1
+        self.items_reported += self.round_items
+        self.round_items = 0
         for key in ROUND_SUMS:
             self.totals[key] += receipt.metrics.get(key, 0.0)
         self.lag_max = max(self.lag_max, receipt.metrics.get("policy_lag_max", 0.0))
@@ -204,7 +224,7 @@ class AsyncOnPolicyLoop:
         next rounds take them. Both are bounded by the lost rounds' batches, which
         :meth:`check_frames` allows for.
         """
-        return (self.rounds_started - self.rounds_reported) * self.batch
+        return self.items_taken - self.items_reported
 
     def frames_queued(self) -> int:
         """Collected frames neither trained nor dropped (the untaken chunks' valid steps)."""
@@ -246,6 +266,7 @@ class AsyncOnPolicyLoop:
         """
         return {
             "items_taken": self.items_taken,
+            "items_reported": self.items_reported,
             "rounds_started": self.rounds_started,
             "rounds_reported": self.rounds_reported,
             **self.totals,
@@ -266,4 +287,7 @@ class AsyncOnPolicyLoop:
         self.lag_max = float(state.get("lag_max", 0.0))
         self.rounds_started = int(state.get("rounds_started", 0))
         self.rounds_reported = int(state.get("rounds_reported", 0))
+        # Checkpoints from before multi-batch rounds: every round took one batch.
+        self.items_reported = int(state.get("items_reported", self.rounds_reported * self.batch))
+        self.round_items = 0
         self.lag_counts = [int(n) for n in state.get("lag_counts", [])]
