@@ -21,11 +21,17 @@ from services.config import ConfigError, load_config
 from services.config.spec import env_spaces, model_spec_for
 from services.evaluation.playback import evaluate_policy
 from services.policy.policy import Policy
+from tests.conftest import ROOT
 from tests.masked_agents import parallel_env
 
 ENV = "tests.masked_agents:parallel_env"
 KEY = "action_mask"
 MASKED = [f"collector.env_id={ENV}", "collector.env_kwargs={}", f"collector.action_mask_key={KEY}"]
+
+
+def config_of(algorithm: str, *overrides: str):
+    """The shipped Spread config of ``algorithm`` on the masked env."""
+    return load_config(ROOT / "deploy" / "configs" / f"spread_{algorithm}.yaml", list(overrides))
 
 
 @pytest.fixture(autouse=True)
@@ -126,21 +132,20 @@ def test_the_mixed_target_never_takes_a_masked_actions_q(mixer, double_dqn):
 
 
 def test_multi_agent_algorithms_take_the_mask_key_and_refuse_a_wrong_one():
-    config = load_config(overrides=["algorithm=qmix", *MASKED])
+    config = config_of("qmix", *MASKED)
     obs_space, action_space = env_spaces(config)
     assert obs_space["observation"].shape == (2, 5) and obs_space["state"].shape == (10,)
     spec = model_spec_for(config, (obs_space, action_space))
     assert (spec.n_agents, spec.num_actions, spec.obs_dim) == (2, 4, 5)
     cases = [
-        (["algorithm=iql", *MASKED, "collector.env_kwargs={mask_size: 3}"],
-         "collector.action_mask_key"),
-        (["algorithm=vdn", f"collector.env_id={ENV}", "collector.env_kwargs={}"],
+        ("iql", [*MASKED, "collector.env_kwargs={mask_size: 3}"], "collector.action_mask_key"),
+        ("vdn", [f"collector.env_id={ENV}", "collector.env_kwargs={}"],
          "needs collector.action_mask_key"),  # a Dict observation with a mask, no key
-        (["algorithm=vdn", *MASKED, "replay.frame_stack=4"], "replay.frame_stack"),
+        ("vdn", [*MASKED, "replay.frame_stack=4"], "replay.frame_stack"),
     ]  # fmt: skip
-    for overrides, named in cases:
+    for algorithm, overrides, named in cases:
         with pytest.raises(ConfigError, match=named):
-            env_spaces(load_config(overrides=overrides))
+            env_spaces(config_of(algorithm, *overrides))
 
 
 class PrefersForbidden(nn.Module):
@@ -152,7 +157,7 @@ class PrefersForbidden(nn.Module):
 
 
 def test_load_policy_acts_evaluates_and_exports_under_per_agent_masks(tmp_path):
-    config = load_config(overrides=["algorithm=vdn", *MASKED, "evaluation.num_envs=2"])
+    config = config_of("vdn", *MASKED, "evaluation.num_envs=2")
     spaces = env_spaces(config)
     spec = model_spec_for(config, spaces)
     policy = Policy(AgentQNetwork(spec, q=PrefersForbidden()), spec, config, *spaces)
