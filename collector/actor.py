@@ -154,8 +154,9 @@ class Collector:
         if hasattr(model_spec, "make_vector_env"):
             # A spec whose policy needs another env interface (multi-agent) builds the envs.
             make = model_spec.make_vector_env
+            masks = {"action_mask_key": action_mask_key} if action_mask_key else {}
             self._make_envs = functools.partial(
-                make, env_id, num_envs, mode=vector_mode, env_kwargs=env_kwargs
+                make, env_id, num_envs, mode=vector_mode, env_kwargs=env_kwargs, **masks
             )
         else:
             self._make_envs = functools.partial(

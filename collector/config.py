@@ -100,7 +100,9 @@ class CollectorConfig:
         action_mask_key: Where the env reports which actions are allowed: a ``Dict``
             observation's key (PettingZoo's ``action_mask``; taken out of the observation, a
             single remaining key unwrapped) or an ``info`` key; empty: no masks. Forbidden
-            actions are never taken (``collector.envs.masks``).
+            actions are never taken (``collector.envs.masks``). For IQL, VDN and QMIX the key
+            of each agent's observation or info: one mask per agent
+            (``collector.envs.multiagent``).
     """
 
     # Environments

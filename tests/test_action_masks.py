@@ -252,7 +252,7 @@ def test_refusals_name_the_space_or_the_field():
         (["algorithm=sac", "collector.env_id=Pendulum-v1", f"collector.action_mask_key={KEY}"],
          "collector.action_mask_key"),
         (["algorithm=iql", f"collector.env_id={CONNECT4}", f"collector.action_mask_key={KEY}"],
-         "collector.action_mask_key"),
+         "collector.env_id"),  # masks per agent: tests/test_agent_masks.py; connect4 has one
         (["algorithm=dqn", "collector.env_id=CartPole-v1", f"collector.action_mask_key={KEY}",
           "replay.frame_stack=4"], "replay.frame_stack"),
     ]  # fmt: skip

@@ -15,8 +15,10 @@ sum as ``invalid_actions``, which must stay 0).
 
 A mask is a bool array over the flat action choices: ``[n]`` for ``Discrete(n)``, and the
 concatenated per-dimension masks (``[sum(nvec)]``) for ``MultiDiscrete(nvec)``. True: allowed.
-A state whose mask allows nothing is treated as allowing everything (no action could be valid;
-the env decides what happens), so sampling never divides by zero.
+The multi-agent wrapper (``collector.envs.multiagent``) reports one mask per agent instead,
+``[n_agents, n_actions]`` (its ``mask_shape``), which the reader keeps in that shape. A state
+whose mask allows nothing (for one agent: that agent's row) is treated as allowing everything
+(no action could be valid; the env decides what happens), so sampling never divides by zero.
 
 Examples:
     >>> import numpy as np
@@ -105,22 +107,31 @@ class MaskToInfo(gym.Wrapper):
         return obs, reward, terminated, truncated, info
 
 
-def vector_mask(info: dict, key: str, num_envs: int, width: int) -> np.ndarray:
-    """The bool masks ``[num_envs, width]`` in a vector env's ``info`` (all True where absent)."""
-    mask = np.ones((num_envs, width), dtype=bool)
+def vector_mask(info: dict, key: str, num_envs: int, width: int | tuple[int, ...]) -> np.ndarray:
+    """The bool masks ``[num_envs, width]`` in a vector env's ``info`` (all True where absent).
+
+    ``width`` may be a shape (``[n_agents, n_actions]``: the multi-agent wrapper's masks).
+    """
+    shape = (width,) if isinstance(width, int) else tuple(width)
+    mask = np.ones((num_envs, *shape), dtype=bool)
     values = info.get(key)
     if values is not None:
         present = np.asarray(info.get(f"_{key}", np.ones(num_envs, dtype=bool)), dtype=bool)
-        mask[present] = np.asarray(values, dtype=bool).reshape(num_envs, width)[present]
+        mask[present] = np.asarray(values, dtype=bool).reshape(num_envs, *shape)[present]
     mask[~mask.any(-1)] = True  # nothing allowed: treat all as allowed (see module docstring)
     return mask
 
 
 def count_invalid(actions: np.ndarray, mask: np.ndarray, nvec: np.ndarray | None = None) -> int:
-    """Actions the mask forbids (``nvec``: a ``MultiDiscrete``'s sizes; per-dimension masks)."""
+    """Actions the mask forbids (``nvec``: a ``MultiDiscrete``'s sizes; per-dimension masks).
+
+    Without ``nvec`` every action indexes the last axis of its mask: ``[k]`` actions under
+    ``[k, width]`` masks, or ``[k, n_agents]`` under per-agent ``[k, n_agents, n_actions]``.
+    """
     actions = np.asarray(actions)
     if nvec is None:
-        return int((~np.take_along_axis(mask, actions.reshape(-1, 1), -1)).sum())
+        index = actions.reshape(*mask.shape[:-1], 1)
+        return int((~np.take_along_axis(mask, index, -1)).sum())
     offsets = np.concatenate([[0], np.cumsum(nvec)[:-1]])
     return int((~np.take_along_axis(mask, actions + offsets, -1)).sum())
 
@@ -132,15 +143,26 @@ class MaskReader:
         key: ``collector.action_mask_key``.
         action_space: The env's single action space.
         num_envs: Sub-envs.
+
+    Keyword Args:
+        shape: One env's mask shape when it is not flat (the multi-agent wrapper's
+            ``[n_agents, n_actions]``: one mask per agent); None: ``[mask_width(action_space)]``.
     """
 
-    def __init__(self, key: str, action_space: gym.Space, num_envs: int) -> None:
+    def __init__(
+        self,
+        key: str,
+        action_space: gym.Space,
+        num_envs: int,
+        *,
+        shape: tuple[int, ...] | None = None,
+    ) -> None:
         self.key = key
-        self.width = mask_width(action_space)
+        self.width: int | tuple[int, ...] = mask_width(action_space) if shape is None else shape
         self.num_envs = num_envs
         self.nvec = (
             np.asarray(action_space.nvec)
-            if isinstance(action_space, gym.spaces.MultiDiscrete)
+            if shape is None and isinstance(action_space, gym.spaces.MultiDiscrete)
             else None
         )
         self.invalid_actions = 0
@@ -153,8 +175,10 @@ class MaskReader:
         """Counts (and adds to :attr:`invalid_actions`) the actions ``mask`` forbids.
 
         Args:
-            actions: ``[k]`` (or ``[k, dims]``) actions of real transitions (not auto-resets).
-            mask: ``[k, width]``: the masks they were taken under.
+            actions: ``[k]`` (or ``[k, dims]``, ``[k, n_agents]``) actions of real transitions
+                (not auto-resets).
+            mask: ``[k, width]`` (or ``[k, n_agents, n_actions]``): the masks they were taken
+                under.
         """
         invalid = count_invalid(actions, mask, self.nvec) if len(actions) else 0
         self.invalid_actions += invalid
@@ -162,7 +186,12 @@ class MaskReader:
 
 
 def mask_reader(envs: gym.vector.VectorEnv, key: str | None) -> MaskReader | None:
-    """A :class:`MaskReader` for ``envs`` when ``key`` is set, else None."""
+    """A :class:`MaskReader` for ``envs`` when ``key`` is set, else None.
+
+    Envs with a ``mask_shape`` (the multi-agent wrapper: ``[n_agents, n_actions]``) keep their
+    masks in that shape.
+    """
     if not key:
         return None
-    return MaskReader(key, envs.single_action_space, envs.num_envs)
+    shape = getattr(envs, "mask_shape", None)
+    return MaskReader(key, envs.single_action_space, envs.num_envs, shape=shape)

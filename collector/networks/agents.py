@@ -6,6 +6,10 @@ setups; with ``prev_action`` the env wrapper (``collector.envs.multiagent``) has
 the one-hot of the agent's previous action to its observation. The spec also says how the
 collector builds its envs (:meth:`AgentQSpec.make_vector_env`), since the multi-agent policy
 needs the wrapper's stacked agent fields.
+
+With action masks (``collector.action_mask_key``) the wrapper reports each agent's mask and the
+policy acts under it, per agent: the greedy action is the agent's best allowed one and a random
+one is drawn uniformly among its allowed ones (``AgentEpsilonGreedy.act(..., mask=...)``).
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from torch import nn
 
 from collector.envs.multiagent import ParallelVectorEnv
 from collector.networks.common import DuelingHead, Explore, exploration, mlp_trunk
+from collector.networks.distributions import masked_logits
 
 
 class AgentQNetwork(nn.Module):
@@ -101,8 +106,11 @@ class AgentQSpec:
         *,
         mode: str = "sync",
         env_kwargs: Mapping[str, Any] | None = None,
+        action_mask_key: str | None = None,
     ) -> ParallelVectorEnv:
         """The collector's envs: ``num_envs`` parallel envs stepped in this process.
+
+        ``action_mask_key``: where each agent's action mask is (``collector.envs.multiagent``).
 
         Raises:
             ValueError: If ``mode`` is not ``sync`` or the factory is not a parallel env.
@@ -115,6 +123,7 @@ class AgentQSpec:
             env_kwargs=env_kwargs,
             global_state=self.global_state,
             prev_action=self.prev_action,
+            action_mask_key=action_mask_key,
         )
 
 
@@ -140,7 +149,9 @@ class AgentEpsilonGreedy:
         self.num_actions = num_actions
         self.rng = rng
 
-    def act(self, obs: Mapping[str, np.ndarray], explore: Explore):
+    def act(
+        self, obs: Mapping[str, np.ndarray], explore: Explore, *, mask: np.ndarray | None = None
+    ):
         """Returns int64 actions ``[num_envs, n_agents]`` and no extras.
 
         Args:
@@ -148,6 +159,9 @@ class AgentEpsilonGreedy:
                 ``[num_envs, n_agents, input_dim]``.
             explore: ``epsilon`` (or a float; each agent explores with that probability on its
                 own), ``random`` (epsilon 1) or ``deterministic`` (epsilon 0).
+            mask: Bool ``[num_envs, n_agents, num_actions]``, True where an agent's action is
+                allowed: each agent's greedy action is its best allowed one, and its random
+                action is uniform among its allowed ones.
         """
         params = exploration(explore)
         epsilon = float(params.get("epsilon", 0.0))
@@ -158,16 +172,26 @@ class AgentEpsilonGreedy:
         agent_obs = obs["observation"]
         shape = agent_obs.shape[:2]
         if epsilon >= 1.0:
-            return self.rng.integers(0, self.num_actions, size=shape), {}
+            return self._random(shape, mask), {}
         with torch.inference_mode():
-            greedy = self.q_network(torch.as_tensor(agent_obs)).argmax(dim=-1).numpy()
+            q_values = self.q_network(torch.as_tensor(agent_obs))
+            if mask is not None:
+                q_values = masked_logits(q_values, torch.as_tensor(mask))
+            greedy = q_values.argmax(dim=-1).numpy()
         if epsilon <= 0.0:
             return greedy, {}
         explore_mask = self.rng.random(shape) < epsilon
         if explore_mask.any():
-            random = self.rng.integers(0, self.num_actions, size=shape)
-            greedy = np.where(explore_mask, random, greedy)
+            greedy = np.where(explore_mask, self._random(shape, mask), greedy)
         return greedy, {}
+
+    def _random(self, shape: tuple[int, ...], mask: np.ndarray | None) -> np.ndarray:
+        """Uniform actions per agent, among the agent's allowed ones where ``mask`` is given."""
+        if mask is None:
+            return self.rng.integers(0, self.num_actions, size=shape)
+        # The largest of uniform keys over the allowed actions is a uniform allowed action.
+        keys = np.where(mask, self.rng.random((*shape, self.num_actions)), -1.0)
+        return keys.argmax(-1)
 
     def __call__(self, obs: Mapping[str, np.ndarray], explore: Explore) -> np.ndarray:
         """Returns the actions only."""

@@ -15,6 +15,7 @@ import torch
 from tensordict import TensorDict
 from torch import nn
 
+from collector.networks.distributions import masked_logits
 from learner.losses.mixers import make_mixer
 
 
@@ -36,8 +37,12 @@ class MultiAgentQLoss(nn.Module):
         loss_q      = mean_b weight_b * (Mix(q, s) - target)^2
 
     ``discount`` is the batch's ``n_step_discount`` (``gamma`` if absent), ``weight`` its
-    importance weight (prioritized replay; 1 if absent). Truncations bootstrap. The squared
-    error follows the QMIX paper (gradients are clipped by the stepper's ``max_grad_norm``).
+    importance weight (prioritized replay; 1 if absent). With action masks
+    (``collector.action_mask_key``) the batch carries ``next_action_mask``
+    ``[B, n_agents, n_actions]``: each agent's ``a'_i`` is its best allowed next action, so
+    neither the per-agent targets nor the mixed one ever take a forbidden action's Q.
+    Truncations bootstrap. The squared error follows the QMIX paper (gradients are clipped by
+    the stepper's ``max_grad_norm``).
 
     Args:
         agent_network: The shared agent network (``collector.networks.agents.AgentQNetwork``), the
@@ -90,6 +95,7 @@ class MultiAgentQLoss(nn.Module):
             next_obs = batch["next_observation"]
             next_target = self.target_agent_network(next_obs)
             chooser = self.agent_network(next_obs) if self.double_dqn else next_target
+            chooser = masked_logits(chooser, batch.get("next_action_mask", None))
             next_action = chooser.argmax(dim=-1, keepdim=True)
             next_q = next_target.gather(-1, next_action).squeeze(-1)  # [B, n_agents]
             reward = batch["reward"].to(q.dtype)

@@ -3,9 +3,11 @@
 * :func:`masked_observation_space`: with ``collector.action_mask_key`` the env's observation
   space as the networks see it (the mask entry taken out, a single remaining key unwrapped:
   ``collector.envs.masks``), after refusing what cannot act under a mask: continuous actions,
-  the multi-agent algorithms (IQL, VDN, QMIX: not yet), frame-deduplicated replay, external
-  actors over gRPC (their transitions carry no mask), torchrl losses (they do not read the
-  mask), and a mask entry whose size is not the action count.
+  frame-deduplicated replay, external actors over gRPC (their transitions carry no mask),
+  torchrl losses (they do not read the mask), and a mask entry whose size is not the action
+  count. The multi-agent algorithms (IQL, VDN, QMIX) take one mask per agent: the wrapper's
+  spaces carry none (``collector.envs.multiagent`` takes each agent's mask out and checks its
+  size), so only the option refusals apply to them.
 * :func:`factorised_actions`: ``MultiDiscrete`` and ``MultiBinary`` actions (one-dimensional)
   are taken by the policy-gradient family (a recipe with ``actions: any``: PPO, A2C, REINFORCE,
   IMPALA, APPO) over flat observations; every other algorithm is refused, naming the space, and
@@ -42,11 +44,6 @@ def masked_observation_space(config, obs_space: gym.Space, action_space: gym.Spa
         return obs_space
     algo = ALGORITHMS[config.algorithm]
     field = f"collector.action_mask_key: {key!r}"
-    if algo.multi_agent:
-        raise AlgorithmConfigError(
-            f"{field}: {algo.name} does not take action masks yet (per-agent masks are not "
-            "carried by the multi-agent wrapper); leave it empty"
-        )
     if algo.actions == "continuous" or config.learner.loss.startswith("torchrl:"):
         raise AlgorithmConfigError(
             f"{field}: masks apply to discrete actions of relayrl's own losses; "
@@ -62,6 +59,8 @@ def masked_observation_space(config, obs_space: gym.Space, action_space: gym.Spa
             f"{field}: frame-deduplicated replay (replay.frame_stack="
             f"{config.replay.frame_stack}) does not store masks; set replay.frame_stack=0"
         )
+    if algo.multi_agent:  # per-agent masks, checked by the wrapper (collector.envs.multiagent)
+        return obs_space
     try:
         width = mask_width(action_space)
     except ValueError as err:

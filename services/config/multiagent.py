@@ -70,7 +70,8 @@ def env_spaces(config) -> tuple[gym.Space, gym.Space]:
 
     Raises:
         MultiAgentConfigError: Naming ``collector.env_id`` (not a parallel env, agents that
-            cannot share a network) or ``collector.global_state``.
+            cannot share a network), ``collector.global_state`` or
+            ``collector.action_mask_key`` (an agent's mask entry of the wrong size).
     """
     collector = config.collector
     try:
@@ -82,7 +83,7 @@ def env_spaces(config) -> tuple[gym.Space, gym.Space]:
             f"collector.env_id: {collector.env_id!r} failed: {type(err).__name__}: {err}"
         ) from None
     try:
-        layout = agent_layout(env, collector.global_state)
+        layout = agent_layout(env, collector.global_state, collector.action_mask_key or None)
     except ValueError as err:
         raise MultiAgentConfigError(f"collector.{err}") from None
     finally:

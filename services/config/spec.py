@@ -42,15 +42,13 @@ def env_spaces(config: RunConfig) -> Spaces:
     """
     env_id = config.collector.env_id
     if algorithm_for(config).multi_agent:  # the PettingZoo wrapper's Dict and MultiDiscrete
-        if config.collector.action_mask_key:  # refused, naming the field
-            try:
-                masked_observation_space(config, None, None)
-            except AlgorithmConfigError as err:
-                raise ConfigError(str(err)) from None
         try:
-            return multiagent.env_spaces(config)
-        except multiagent.MultiAgentConfigError as err:
+            spaces = multiagent.env_spaces(config)
+            # per-agent masks (collector.action_mask_key) are not in the wrapper's spaces
+            masked_observation_space(config, *spaces)
+        except (multiagent.MultiAgentConfigError, AlgorithmConfigError) as err:
             raise ConfigError(str(err)) from None
+        return spaces
     try:
         if is_factory_path(env_id):  # module:function, as the collectors build it
             env = resolve_factory(env_id)(**config.collector.env_kwargs)

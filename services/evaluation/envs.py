@@ -52,7 +52,8 @@ def make_evaluation_envs(
     if hasattr(model_spec, "make_vector_env"):
         if wrap is not None:
             raise ValueError(f"{env_id}: its envs are not gymnasium envs and cannot be wrapped")
-        return model_spec.make_vector_env(env_id, num_envs, env_kwargs=env_kwargs)
+        masks = {"action_mask_key": action_mask_key} if action_mask_key else {}
+        return model_spec.make_vector_env(env_id, num_envs, env_kwargs=env_kwargs, **masks)
     from collector.envs.spaces import observation_keys_of
     from collector.envs.vector import make_vector_env  # gymnasium: imported where envs are made
 

@@ -7,6 +7,7 @@ itself (``action``: continuous actions, already in the env's bounds), with the b
 A run with action masks (``collector.action_mask_key``) exports
 :class:`~services.policy.heads.MaskedHead` instead: a second input ``action_mask`` ``[B, width]``
 (bool), and forbidden actions score the dtype's minimum, so the argmax is an allowed action.
+A multi-agent policy's mask input is one mask per agent, ``[B, n_agents, n_actions]``.
 
 * ``pt2``: ``torch.export.export`` then ``torch.export.save``; load it with
   ``torch.export.load(path).module()`` (torch only).
@@ -67,14 +68,22 @@ def example_observations(policy, batch: int = 4, seed: int = 0) -> torch.Tensor:
 
 
 def example_masks(policy, batch: int = 4, seed: int = 0) -> torch.Tensor | None:
-    """Random masks (each allowing at least one action) for a masked run's policy, else None."""
+    """Random masks (each allowing at least one action) for a masked run's policy, else None.
+
+    ``[batch, width]``, or ``[batch, n_agents, n_actions]`` for a multi-agent policy.
+    """
     if policy.mask_key is None:
         return None
     from collector.envs.masks import mask_width
 
     rng = np.random.default_rng(seed + 1)
-    mask = rng.random((batch, mask_width(policy.action_space))) < 0.5
-    mask[:, 0] |= ~mask.any(-1)
+    space = policy.action_space
+    if policy.family == "agents":  # one mask per agent (collector.envs.multiagent)
+        shape: tuple[int, ...] = (len(space.nvec), int(space.nvec[0]))
+    else:
+        shape = (mask_width(space),)
+    mask = rng.random((batch, *shape)) < 0.5
+    mask[..., 0] |= ~mask.any(-1)
     return torch.as_tensor(mask, device=policy.device)
 
 
@@ -180,7 +189,11 @@ def export_policy(policy, fmt: str, out: str | Path, *, batch: int = 4) -> dict[
             {}
             if masks is None
             else {
-                "mask": {"name": "action_mask", "shape": ["batch", masks.shape[1]], "dtype": "bool"}
+                "mask": {
+                    "name": "action_mask",
+                    "shape": ["batch", *masks.shape[1:]],
+                    "dtype": "bool",
+                }
             }
         ),
         "output": {

@@ -12,7 +12,9 @@ steps until :meth:`Policy.reset`.
 A run with action masks (``collector.action_mask_key``) takes the mask with the observation:
 ``act(observation, mask=mask)`` (bool or 0/1 ``[width]`` or ``[B, width]``), or the env's own
 ``Dict`` observation holding the mask under that key (connect4's ``{"observation",
-"action_mask"}``); forbidden actions are never returned.
+"action_mask"}``); forbidden actions are never returned. A multi-agent policy takes one mask
+per agent, ``[n_agents, n_actions]`` (or ``[B, n_agents, n_actions]``), or the env wrapper's
+mapping with the masks added under that key.
 """
 
 from __future__ import annotations
@@ -132,8 +134,10 @@ class Policy:
                 mapping or ``[n_agents, obs_dim]``).
             deterministic: Greedy, mode or mean actions; False samples as the run's
                 collectors did (DQN: epsilon-greedy with the final epsilon).
-            mask: The allowed actions (``[width]`` or ``[B, width]``, bool or 0/1); None: all,
-                or the mask entry of a ``Dict`` observation (``collector.action_mask_key``).
+            mask: The allowed actions (``[width]`` or ``[B, width]``, bool or 0/1; a
+                multi-agent policy's ``[n_agents, n_actions]`` or ``[B, n_agents,
+                n_actions]``); None: all, or the mask entry of a ``Dict`` observation
+                (``collector.action_mask_key``).
 
         Returns:
             ``[*action_shape]`` or ``[B, *action_shape]``: numpy for numpy input, a tensor on
@@ -156,8 +160,7 @@ class Policy:
                 f"got {list(observation.shape)}"
             )
         if mask is not None:
-            mask = np.asarray(mask.cpu() if isinstance(mask, torch.Tensor) else mask).astype(bool)
-            mask = mask[None] if mask.ndim == 1 else mask
+            mask = self._batched_mask(mask, batch.shape[0])
         if deterministic:
             tensor = torch.as_tensor(batch).to(self.device, self.dtype)
             scores = self.forward(tensor, None if mask is None else torch.from_numpy(mask))
@@ -168,6 +171,24 @@ class Policy:
             self.agents.record(actions[0])
         actions = actions[0] if single else actions
         return torch.as_tensor(actions, device=device) if as_torch else actions
+
+    def _batched_mask(self, mask, size: int) -> np.ndarray:
+        """``mask`` as bool ``[B, *mask_shape]`` (one mask per agent for multi-agent policies).
+
+        Raises:
+            ValueError: Naming the mask shape expected.
+        """
+        mask = np.asarray(mask.cpu() if isinstance(mask, torch.Tensor) else mask).astype(bool)
+        if self.agents is None:
+            return mask[None] if mask.ndim == 1 else mask
+        shape = (len(self.action_space.nvec), self.agents.num_actions)
+        mask = mask[None] if mask.ndim == 2 else mask
+        if mask.shape[1:] != shape or mask.shape[0] not in (1, size):
+            raise ValueError(
+                f"mask: one mask per agent, {list(shape)} or [B, {shape[0]}, {shape[1]}], "
+                f"got {list(mask.shape)}"
+            )
+        return mask
 
     def collector_policy(self, seed: np.random.SeedSequence):
         """The run's collector policy over this network on the CPU (sampling, evaluation)."""
