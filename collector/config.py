@@ -44,6 +44,10 @@ class CollectorConfig:
         observation_keys: The keys of a ``Dict``/``Tuple`` observation to keep (top-level or
             dotted paths such as ``pos.0``; empty: all), e.g. ``[image, direction]`` to drop
             MiniGrid's ``mission`` text (``collector.envs.spaces``).
+        image_keys: Per-key preprocessing of the image keys of a ``Dict``/``Tuple``
+            observation, Atari-style: ``{camera: {grayscale: true, resize: [84, 84],
+            frame_stack: 4}}`` makes the key ``[4, 84, 84]`` uint8 for the CNN torso
+            (``collector.envs.images``); each option may be left out (no change).
         discrete_encoding: How the multi-input encoder takes ``Discrete``/``MultiDiscrete``
             observation keys: ``one_hot`` or ``embedding`` (``collector.networks.encoders``).
         global_state: Multi-agent envs (IQL, VDN, QMIX): the global state stored with each
@@ -107,6 +111,7 @@ class CollectorConfig:
     env_id: str = "CartPole-v1"
     env_kwargs: dict[str, Any] = dataclasses.field(default_factory=dict)
     observation_keys: tuple[str, ...] = ()
+    image_keys: dict[str, Any] = dataclasses.field(default_factory=dict)
     discrete_encoding: str = "one_hot"
     global_state: str = "auto"
     num_collectors: int | str = 2
@@ -268,6 +273,13 @@ class CollectorConfig:
         for ok, field, rule, value in checks:
             if not ok:
                 raise ValueError(f"{field}: {rule}, got {value!r}")
+        self.images()  # refuses a bad image_keys entry, naming the key
+
+    def images(self) -> tuple:
+        """``image_keys`` parsed (:func:`collector.envs.images.parse`, not bound to the env)."""
+        from collector.envs.images import parse
+
+        return parse(self.image_keys)
 
     @property
     def auto(self) -> bool:

@@ -53,6 +53,7 @@ def make_evaluation_envs(
         if wrap is not None:
             raise ValueError(f"{env_id}: its envs are not gymnasium envs and cannot be wrapped")
         return model_spec.make_vector_env(env_id, num_envs, env_kwargs=env_kwargs)
+    from collector.envs.images import images_of
     from collector.envs.spaces import observation_keys_of
     from collector.envs.vector import make_vector_env  # gymnasium: imported where envs are made
 
@@ -64,4 +65,5 @@ def make_evaluation_envs(
         wrap=wrap,
         action_mask_key=action_mask_key,
         observation_keys=keys,
+        images=images_of(model_spec),
     )

@@ -255,7 +255,9 @@ def serve_run(config, controller: ServedRun) -> GrpcServer | None:
     from services.grpc.transitions import env_transition_spec
 
     collector = config.collector
-    spec = env_transition_spec(collector.env_id, collector.env_kwargs, collector.observation_keys)
+    spec = env_transition_spec(
+        collector.env_id, collector.env_kwargs, collector.observation_keys, collector.images()
+    )
     server = GrpcServer(
         config.grpc,
         controller.inbox,
