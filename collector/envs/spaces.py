@@ -195,8 +195,7 @@ def describe(
 ) -> ObservationLayout:
     """The layout of an observation space (``keys``: keep only these top-level or dotted keys).
 
-    ``images`` (:func:`collector.envs.images.parse`) preprocesses image keys: their leaves get
-    the preprocessed shape and the layout carries them (:func:`collector.envs.images.bind`).
+    ``images`` preprocesses image keys (:func:`collector.envs.images.bind`).
 
     Raises:
         ValueError: Naming the key path and the space (see :func:`describe_leaf`), a key of
@@ -324,12 +323,9 @@ def structured(
         if images:  # refused, naming collector.image_keys
             describe(env.observation_space, keys=keys, env_id=env_id, images=images)
         return env
-    env = FlatObservation(env, keys, env_id=env_id)
-    if images:
-        from collector.envs.images import ImageObservation
+    from collector.envs.images import structured_images
 
-        env = ImageObservation(env, images, env_id=env_id)
-    return env
+    return structured_images(FlatObservation(env, keys, env_id=env_id), images, env_id=env_id)
 
 
 def observation_space(
