@@ -152,11 +152,11 @@ def test_frame_dedup_stores_the_stacked_key_once_and_rebuilds_it_exactly(spec, t
     ]
     reference, streamed = ([], [])
     for _ in range(3):
-        reference.append(workers[0].rollout(8, {"random": True}, 0).transitions)
-        streamed.append(workers[1].rollout(8, {"random": True}, 0).transitions)
+        reference.append(workers[0].rollout(8, 1.0, 0).transitions)  # the same random actions
+        streamed.append(workers[1].rollout(8, 1.0, 0).transitions)
     first = streamed[0]
     assert "observation.image" not in first and "observation.state" in first
-    assert len(first["frames"]) < 2 * len(first["obs_frame.image"])  # not 2 * 3 stacks each
+    assert len(first["frames"]) < 3 * len(first["obs_frame.image"])  # not 2 * 3 per transition
     table = ReplayTable(1000, frame_stack=3, seed=0)
     for seq, write in enumerate(streamed):
         table.write(write, "collector-0", seq)

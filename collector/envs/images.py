@@ -103,7 +103,10 @@ class ImageKey:
             import cv2
 
             size = (self.resize[1], self.resize[0])  # OpenCV's (width, height)
-            out = [cv2.resize(frame, size, interpolation=cv2.INTER_AREA) for frame in batch]
+            out = [
+                cv2.resize(np.ascontiguousarray(frame), size, interpolation=cv2.INTER_AREA)
+                for frame in batch
+            ]
             batch = np.stack([o if o.ndim == 3 else o[..., None] for o in out])
         return np.ascontiguousarray(batch.transpose(0, 3, 1, 2))
 
