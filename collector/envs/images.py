@@ -38,10 +38,10 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
+from collector.config import MIN_IMAGE_SIDE as MIN_SIDE
+from collector.config import image_key_options
+
 FIELD = "collector.image_keys"
-OPTIONS = ("grayscale", "resize", "frame_stack")
-# Smallest side of an image the Nature CNN takes (collector.envs.spaces.MIN_IMAGE_SIDE).
-MIN_SIDE = 36
 LUMA = np.array([0.299, 0.587, 0.114], np.float32)
 
 
@@ -121,40 +121,12 @@ def parse(options: Mapping[str, Any] | None) -> tuple[ImageKey, ...]:
     """``collector.image_keys`` as :class:`ImageKey` entries (not bound to an env yet).
 
     Raises:
-        ValueError: ``image_keys: <key>: ...`` naming the key and the option.
+        ValueError: ``image_keys: <key>: ...`` naming the key and the option
+            (:func:`collector.config.image_key_options`).
     """
-    keys = []
-    for key, opts in dict(options or {}).items():
-        where = f"image_keys: {key!r}"
-        if not isinstance(key, str) or not key:
-            raise ValueError(f"image_keys: keys must be non-empty key paths, got {key!r}")
-        opts = {} if opts is None else opts
-        if not isinstance(opts, Mapping):
-            raise ValueError(f"{where}: must be a mapping of {OPTIONS}, got {opts!r}")
-        unknown = sorted(set(opts) - set(OPTIONS))
-        if unknown:
-            raise ValueError(f"{where}: unknown option {unknown[0]!r}; accepted: {OPTIONS}")
-        grayscale = opts.get("grayscale", False)
-        if not isinstance(grayscale, bool):
-            raise ValueError(f"{where}: grayscale must be true or false, got {grayscale!r}")
-        resize = opts.get("resize") or ()
-        if isinstance(resize, int) and not isinstance(resize, bool):
-            resize = (resize, resize)
-        if not (
-            isinstance(resize, list | tuple)
-            and len(resize) in (0, 2)
-            and all(isinstance(x, int) and not isinstance(x, bool) for x in resize)
-            and all(x >= MIN_SIDE for x in resize)
-        ):
-            raise ValueError(
-                f"{where}: resize must be [height, width] (or one side), each >= {MIN_SIDE} "
-                f"pixels (the CNN's smallest input), got {opts.get('resize')!r}"
-            )
-        stack = opts.get("frame_stack", 1)
-        if not isinstance(stack, int) or isinstance(stack, bool) or stack < 1:
-            raise ValueError(f"{where}: frame_stack must be an integer >= 1, got {stack!r}")
-        keys.append(ImageKey(key, grayscale, tuple(resize), stack))
-    return tuple(keys)
+    return tuple(
+        ImageKey(key, *image_key_options(key, opts)) for key, opts in dict(options or {}).items()
+    )
 
 
 def bind(layout, images: Sequence[ImageKey], *, env_id: str = "the env"):

@@ -15,6 +15,7 @@ import os
 
 import gymnasium as gym
 
+from collector.envs.images import parse as parse_images
 from collector.envs.spaces import observation_space
 from collector.envs.vector import (
     is_factory_path,
@@ -78,7 +79,7 @@ def env_spaces(config: RunConfig) -> Spaces:
         # (collector.envs.masks), then a Dict/Tuple observation flattened by key path
         spaces = masked_observation_space(config, *spaces), spaces[1]
         keys = config.collector.observation_keys
-        images = config.collector.images()  # collector.image_keys (collector.envs.images)
+        images = parse_images(config.collector.image_keys)  # collector.envs.images
         spaces = observation_space(spaces[0], keys, env_id=env_id, images=images), spaces[1]
         check_spaces(config, *spaces)
     except ValueError as err:  # AlgorithmConfigError, or a space no encoder takes
