@@ -22,6 +22,7 @@ from replay.table import ReplayTable
 from services.config import load_config
 from services.config.sections import ConfigError
 from services.config.spec import env_spaces, model_spec_for
+from services.evaluation.envs import make_evaluation_envs
 from services.policy.policy import Policy
 from tests.conftest import ROOT
 
@@ -79,6 +80,10 @@ def test_the_workers_collect_the_preprocessed_key_and_stacks_slide(spec):
     policy = ac.make_policy(ac.build(), np.random.SeedSequence(0))
     batch = OnPolicyWorker(envs, policy, [1, 2], transform).rollout(6, {}, policy_version=0)
     assert batch.transitions["observation.image"].shape[1:] == SHAPE
+    evaluation = make_evaluation_envs(spec, CAMERA, 2, {"size": 48})  # evaluation's envs too
+    obs, _ = evaluation.reset(seed=[3, 4])
+    assert obs["image"].shape == (2, *SHAPE) and obs["image"].dtype == np.uint8
+    evaluation.close()
 
 
 def test_a_policy_takes_the_raw_dict_observation_as_the_wrapped_env_sees_it(spec):
