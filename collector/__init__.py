@@ -18,7 +18,8 @@ Layout:
       against a random opponent as a single-agent env with a mask.
       ``spaces``: ``Dict``/``Tuple``
       observations flattened by key path (``collector.observation_keys`` keeps some), each key
-      stored as its own column ``observation.<key>``; ``testing``: small shipped envs with
+      stored as its own column ``observation.<key>``; ``images``: per-key image preprocessing
+      (``collector.image_keys``); ``testing``: small shipped envs with
       ``Dict`` observations.
     * ``atari``: :func:`make_atari`, Atari envs with the DQN preprocessing (``atari`` extra;
       configs name ``collector.atari:make_atari`` as their env id).

@@ -51,6 +51,7 @@ import torch
 from collector.chunks import ChunkWorker
 from collector.control import STATE_FORMAT, PauseBarrier, check_state
 from collector.delivery import ReplayWriter, SentRollout
+from collector.envs.images import frame_key_of, images_of
 from collector.envs.spaces import observation_keys_of
 from collector.envs.vector import EnvError, env_seeds, make_vector_env
 from collector.onpolicy import OnPolicyTransform, OnPolicyWorker
@@ -166,6 +167,7 @@ class Collector:
                 mode=vector_mode,
                 env_kwargs=env_kwargs,
                 observation_keys=observation_keys_of(model_spec),
+                images=images_of(model_spec),
                 autoreset="same_step" if transform and transform.same_step else "next_step",
                 action_mask_key=action_mask_key,
             )
@@ -179,6 +181,7 @@ class Collector:
                 gamma=gamma,
                 frame_stack=frame_stack,
                 action_mask_key=action_mask_key,
+                frame_key=frame_key_of(model_spec, frame_stack),
             )
             self.transitions = f"nstep-{n_step}"
         elif transform.kind == "chunks":  # trajectory chunks for V-trace (collector.chunks)

@@ -23,6 +23,51 @@ INLINE_WRITE_BYTES = 1 << 20
 INLINE_WRITE_ENV = {"RAY_max_direct_call_object_size": str(INLINE_WRITE_BYTES)}
 
 
+IMAGE_OPTIONS = ("grayscale", "resize", "frame_stack")  # collector.image_keys
+MIN_IMAGE_SIDE = 36  # the smallest side the Nature CNN takes (8x8/4, 4x4/2, 3x3/1)
+
+
+def image_key_options(key: Any, options: Any) -> tuple[bool, tuple[int, ...], int]:
+    """One ``collector.image_keys`` entry checked: ``(grayscale, resize, frame_stack)``.
+
+    Raises:
+        ValueError: ``image_keys: <key>: ...`` naming the key and the option.
+
+    Examples:
+        >>> image_key_options("camera", {"grayscale": True, "resize": 84})
+        (True, (84, 84), 1)
+    """
+    where = f"image_keys: {key!r}"
+    if not isinstance(key, str) or not key:
+        raise ValueError(f"image_keys: keys must be non-empty key paths, got {key!r}")
+    options = {} if options is None else options
+    if not isinstance(options, dict):
+        raise ValueError(f"{where}: must be a mapping of {IMAGE_OPTIONS}, got {options!r}")
+    unknown = sorted(set(options) - set(IMAGE_OPTIONS))
+    if unknown:
+        raise ValueError(f"{where}: unknown option {unknown[0]!r}; accepted: {IMAGE_OPTIONS}")
+    grayscale = options.get("grayscale", False)
+    if not isinstance(grayscale, bool):
+        raise ValueError(f"{where}: grayscale must be true or false, got {grayscale!r}")
+    resize = options.get("resize") or ()
+    if isinstance(resize, int) and not isinstance(resize, bool):
+        resize = (resize, resize)
+    if not (
+        isinstance(resize, list | tuple)
+        and len(resize) in (0, 2)
+        and all(isinstance(x, int) and not isinstance(x, bool) for x in resize)
+        and all(x >= MIN_IMAGE_SIDE for x in resize)
+    ):
+        raise ValueError(
+            f"{where}: resize must be [height, width] (or one side), each >= {MIN_IMAGE_SIDE} "
+            f"pixels (the CNN's smallest input), got {options.get('resize')!r}"
+        )
+    stack = options.get("frame_stack", 1)
+    if not isinstance(stack, int) or isinstance(stack, bool) or stack < 1:
+        raise ValueError(f"{where}: frame_stack must be an integer >= 1, got {stack!r}")
+    return grayscale, tuple(resize), stack
+
+
 def inherits_inline_writes() -> bool:
     """Whether workers inherit the inline-write limit from the environment Ray started in.
 
@@ -44,6 +89,10 @@ class CollectorConfig:
         observation_keys: The keys of a ``Dict``/``Tuple`` observation to keep (top-level or
             dotted paths such as ``pos.0``; empty: all), e.g. ``[image, direction]`` to drop
             MiniGrid's ``mission`` text (``collector.envs.spaces``).
+        image_keys: Per-key preprocessing of the image keys of a ``Dict``/``Tuple``
+            observation, Atari-style: ``{camera: {grayscale: true, resize: [84, 84],
+            frame_stack: 4}}`` makes the key ``[4, 84, 84]`` uint8 for the CNN torso
+            (``collector.envs.images``); each option may be left out (no change).
         discrete_encoding: How the multi-input encoder takes ``Discrete``/``MultiDiscrete``
             observation keys: ``one_hot`` or ``embedding`` (``collector.networks.encoders``).
         global_state: Multi-agent envs (IQL, VDN, QMIX): the global state stored with each
@@ -109,6 +158,7 @@ class CollectorConfig:
     env_id: str = "CartPole-v1"
     env_kwargs: dict[str, Any] = dataclasses.field(default_factory=dict)
     observation_keys: tuple[str, ...] = ()
+    image_keys: dict[str, Any] = dataclasses.field(default_factory=dict)
     discrete_encoding: str = "one_hot"
     global_state: str = "auto"
     num_collectors: int | str = 2
@@ -270,6 +320,8 @@ class CollectorConfig:
         for ok, field, rule, value in checks:
             if not ok:
                 raise ValueError(f"{field}: {rule}, got {value!r}")
+        for key, options in self.image_keys.items():  # refused naming the key and option
+            image_key_options(key, options)
 
     @property
     def auto(self) -> bool:

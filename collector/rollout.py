@@ -77,6 +77,9 @@ class RolloutWorker(CountsEpisodes):
         gamma: Discount of the n-step returns.
         frame_stack: 0 keeps stacked observations in the transitions; ``S >= 1`` sends them as
             a frame stream for frame-deduplicated replay (``collector.envs.framestream``).
+        frame_key: With ``frame_stack``, the image key of a ``Dict`` observation whose stacks
+            are sent as the frame stream (``collector.image_keys``); the other keys travel as
+            columns. ``""``: a plain stacked observation.
         action_mask_key: Where the envs report action masks (``collector.envs.masks``);
             None: no masks.
 
@@ -101,12 +104,17 @@ class RolloutWorker(CountsEpisodes):
         gamma: float = 0.99,
         frame_stack: int = 0,
         action_mask_key: str | None = None,
+        frame_key: str = "",
     ) -> None:
         self.envs = envs
         self.policy = policy
         self.num_envs = envs.num_envs
         self.nstep = NStepBuffer(n_step, gamma)
-        self.windows = FrameStreamBuffer(self.nstep, self.num_envs) if frame_stack else self.nstep
+        self.windows = (
+            FrameStreamBuffer(self.nstep, self.num_envs, frame_key, frame_stack)
+            if frame_stack
+            else self.nstep
+        )
         space = envs.single_action_space
         self.action_bounds = (space.low, space.high) if isinstance(space, gym.spaces.Box) else None
         self.episodes_tracker = EpisodeTracker(self.num_envs)

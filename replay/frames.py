@@ -21,6 +21,13 @@ rebuilt stack equals the env's stack by construction. A write is self-contained:
 no frame of an earlier write. On the wire this is about ``1 + (S - 1 + n) / steps_per_env``
 frames per transition instead of ``2 S``.
 
+**A ``Dict`` observation's image key.** A write may name the observation key its frames belong
+to in its position columns: ``obs_frame.<key>`` and ``next_obs_frame.<key>``
+(:func:`position_keys`); its stacks are then rebuilt as the columns ``observation.<key>`` and
+``next_observation.<key>``, beside the other keys' columns, which are stored as written (the
+positions' names are stored columns, so checkpoints keep the key). A stack ``[S, C, H, W]`` of
+``C``-channel frames is returned as ``[S * C, H, W]``.
+
 The frame ring holds ``capacity * (1 + FRAME_SLACK)`` frames (at least one write's). Frames and
 transitions are both first-in first-out; a transition whose oldest frame has been overwritten
 (possible when writes carry more frames per transition than the slack allows) is *dead*:
@@ -40,6 +47,25 @@ from replay.storage import Batch, CircularStorage, SchemaError, as_array_batch, 
 # T = 128, S = 4, n = 3).
 FRAME_SLACK = 0.125
 FRAME_KEYS = ("frames", "obs_frame", "next_obs_frame")
+
+
+def position_keys(key: str = "") -> tuple[str, str]:
+    """The position columns of a frame stream for observation ``key`` (``""``: a plain one).
+
+    Examples:
+        >>> position_keys(), position_keys("camera")
+        (('obs_frame', 'next_obs_frame'), ('obs_frame.camera', 'next_obs_frame.camera'))
+    """
+    suffix = f".{key}" if key else ""
+    return f"obs_frame{suffix}", f"next_obs_frame{suffix}"
+
+
+def _stream_key(batch) -> str:
+    """The observation key a frame-stream write's positions name (``""``: a plain one)."""
+    for name in batch:
+        if name.startswith("obs_frame."):
+            return name[len("obs_frame.") :]
+    return ""
 
 
 def frame_capacity_for(capacity: int) -> int:
@@ -139,6 +165,7 @@ class FrameStackStorage(CircularStorage):
         self.frame_capacity = frame_capacity_for(capacity)
         self.frames: np.ndarray | None = None
         self.frame_count = 0
+        self.key: str | None = None  # the observation key of the positions, once known
 
     @property
     def nbytes(self) -> int:
@@ -168,7 +195,8 @@ class FrameStackStorage(CircularStorage):
                 the write holds more frames than the ring, or the frames' shape differs.
         """
         batch = dict(batch)
-        for key in FRAME_KEYS:
+        stream_key = _stream_key(batch)  # another key than the table's: refused by the schema
+        for key in ("frames", *position_keys(stream_key)):
             if key not in batch:
                 raise SchemaError(f"key {key!r}: missing from a frame-stream write")
         frames = as_array_batch({"frames": batch.pop("frames")})["frames"]
@@ -186,7 +214,7 @@ class FrameStackStorage(CircularStorage):
                 f"key 'frames': {frames.dtype}{list(frames.shape[1:])} differs from the "
                 f"table's {self.frames.dtype}{list(self.frames.shape[1:])}"
             )
-        for key in ("obs_frame", "next_obs_frame"):
+        for key in position_keys(stream_key):
             positions = arrays[key]
             if len(positions) and (positions.min() < self.stack - 1 or positions.max() >= count):
                 raise SchemaError(f"key {key!r}: positions must be in [{self.stack - 1}, {count})")
@@ -199,23 +227,40 @@ class FrameStackStorage(CircularStorage):
         self.frames[start : start + first] = frames[:first]
         self.frames[: count - first] = frames[first:]
         self.frame_count += count
+        self.key = stream_key
         return super().write(arrays)
+
+    def _positions(self) -> tuple[str, str]:
+        if self.key is None:  # restored from a checkpoint: the stored columns name the key
+            self.key = _stream_key(self.columns)
+        return position_keys(self.key)
 
     def live(self, indices: np.ndarray) -> np.ndarray:
         """Whether each slot's stacks are still whole (no frame of it overwritten)."""
-        oldest = self.columns["obs_frame"][indices] - (self.stack - 1)
+        oldest = self.columns[self._positions()[0]][indices] - (self.stack - 1)
         return oldest >= self.frame_count - self.frame_capacity
 
     def stacks(self, newest: np.ndarray) -> np.ndarray:
-        """``[B, S, H, W]`` stacks ending at the absolute frame ids ``newest``."""
+        """``[B, S, H, W]`` stacks ending at the absolute frame ids ``newest``.
+
+        ``C``-channel frames ``[C, H, W]`` give ``[B, S * C, H, W]``.
+        """
         ids = newest[:, None] + np.arange(1 - self.stack, 1)
-        return np.take(self.frames, ids % self.frame_capacity, axis=0)
+        stacks = np.take(self.frames, ids % self.frame_capacity, axis=0)
+        if stacks.ndim == 5:
+            stacks = stacks.reshape(len(newest), -1, *stacks.shape[3:])
+        return stacks
 
     def gather(self, indices: np.ndarray) -> dict[str, np.ndarray]:
-        """The rows at ``indices`` with stacked ``observation`` and ``next_observation``."""
+        """The rows at ``indices`` with stacked ``observation`` and ``next_observation``.
+
+        For a ``Dict`` observation's image key: ``observation.<key>`` and its next twin.
+        """
         rows = super().gather(indices)
-        rows["observation"] = self.stacks(rows.pop("obs_frame"))
-        rows["next_observation"] = self.stacks(rows.pop("next_obs_frame"))
+        obs_key, next_key = self._positions()
+        name = f"observation.{self.key}" if self.key else "observation"
+        rows[name] = self.stacks(rows.pop(obs_key))
+        rows["next_" + name] = self.stacks(rows.pop(next_key))
         return rows
 
     def flush(self) -> None:

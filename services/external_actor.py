@@ -137,6 +137,20 @@ def served_observation_keys(config: dict) -> tuple[str, ...]:
     return tuple(keys)
 
 
+def served_images(config: dict) -> tuple:
+    """The run's ``collector.image_keys`` parsed (``collector.envs.images``).
+
+    Raises:
+        UntrustedEnv: For anything ``collector.envs.images.parse`` refuses.
+    """
+    from collector.envs.images import parse
+
+    try:
+        return parse((config.get("collector") or {}).get("image_keys") or {})
+    except (ValueError, TypeError) as err:
+        raise UntrustedEnv(f"the run's image_keys are refused: {str(err)[:120]}") from None
+
+
 def actor_spec(env_id: str, envs, hidden_sizes: tuple[int, ...], config: dict):
     """The run's Q-network spec for these envs.
 
@@ -203,8 +217,10 @@ def run(args: argparse.Namespace) -> dict:
     config = json.loads(status.config_json)
     env_id, env_kwargs = choose_env(args, config.get("collector", {}))
     n_step, gamma, hidden_sizes = served_settings(config)
-    keys = served_observation_keys(config)
-    envs = make_vector_env(env_id, args.envs, env_kwargs=env_kwargs, observation_keys=keys)
+    keys, images = served_observation_keys(config), served_images(config)
+    envs = make_vector_env(
+        env_id, args.envs, env_kwargs=env_kwargs, observation_keys=keys, images=images
+    )
     spec = actor_spec(env_id, envs, hidden_sizes, config)
     network = spec.build().eval()
     policy = spec.make_policy(network, np.random.SeedSequence(args.seed))

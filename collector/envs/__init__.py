@@ -11,8 +11,9 @@
     * ``connect4``: PettingZoo's Connect Four against a random opponent, one agent, a mask
       (``collector.envs.connect4:connect_four``).
     * ``spaces``: ``Dict``/``Tuple`` observations flattened by key path (their layout, the
-      wrapper, the replay column of each key); ``testing``: small shipped envs with structured
-      observations (tests, ``services.bench spaces``).
+      wrapper, the replay column of each key); ``images``: per-key grayscale, resize and frame
+      stacks of image keys (``collector.image_keys``); ``testing``: small shipped envs with
+      structured observations (tests, ``services.bench spaces``).
 
 Atari's factory stays at ``collector.atari:make_atari`` (configs name it as their env id).
 """

@@ -90,10 +90,13 @@ class ObservationLayout:
     Attributes:
         leaves: One :class:`Leaf` per key.
         keyed: Whether observations are dicts (a ``Dict``/``Tuple`` space) rather than one array.
+        images: The image keys preprocessed (``collector.image_keys``,
+            :class:`collector.envs.images.ImageKey`); their leaves have the preprocessed shape.
     """
 
     leaves: tuple[Leaf, ...]
     keyed: bool = True
+    images: tuple = ()
 
     @property
     def keys(self) -> tuple[str, ...]:
@@ -188,14 +191,21 @@ def image_hw(shape: tuple[int, ...]) -> tuple[int, int]:
 
 
 def describe(
-    space: gym.Space, *, keys: Sequence[str] = (), env_id: str = "the env"
+    space: gym.Space, *, keys: Sequence[str] = (), env_id: str = "the env", images: Sequence = ()
 ) -> ObservationLayout:
     """The layout of an observation space (``keys``: keep only these top-level or dotted keys).
 
+    ``images`` preprocesses image keys (:func:`collector.envs.images.bind`).
+
     Raises:
-        ValueError: Naming the key path and the space (see :func:`describe_leaf`), or a key of
-            ``collector.observation_keys`` the space does not have.
+        ValueError: Naming the key path and the space (see :func:`describe_leaf`), a key of
+            ``collector.observation_keys`` the space does not have, or an image key refused
+            (naming ``collector.image_keys``).
     """
+    if images:
+        from collector.envs.images import bind
+
+        return bind(describe(space, keys=keys, env_id=env_id), images, env_id=env_id)
     if not is_structured(space):
         if keys:
             raise ValueError(
@@ -204,6 +214,7 @@ def describe(
             )
         return ObservationLayout((describe_leaf("", space, env_id=env_id),), keyed=False)
     found = leaves(space)
+    bound = tuple(getattr(space, "images", ()))  # a flattened space's preprocessed image keys
     if keys:
         for key in keys:
             if not any(_selected(path, (key,)) for path, _ in found):
@@ -213,7 +224,9 @@ def describe(
                     f"{env_id} (its keys: {names})"
                 )
         found = [(path, sub) for path, sub in found if _selected(path, keys)]
-    return ObservationLayout(tuple(describe_leaf(p, s, env_id=env_id) for p, s in found))
+    chosen = tuple(describe_leaf(p, s, env_id=env_id) for p, s in found)
+    kept = {leaf.key for leaf in chosen}
+    return ObservationLayout(chosen, images=tuple(i for i in bound if i.key in kept))
 
 
 def _selected(path: str, keys: Sequence[str]) -> bool:
@@ -240,14 +253,21 @@ def leaf_space(leaf: Leaf) -> gym.Space:
 
 
 class ObservationDict(gym.spaces.Dict):
-    """The flat ``Dict`` space of :class:`FlatObservation` (collectors store it by key)."""
+    """The flat ``Dict`` space of :class:`FlatObservation` (collectors store it by key).
+
+    Its ``images`` are the layout's preprocessed image keys (``collector.envs.images``).
+    """
+
+    images: tuple = ()
 
 
 def flat_space(layout: ObservationLayout) -> ObservationDict:
     """The flat ``Dict`` space of a layout's leaves (keys in layout order)."""
     import collections
 
-    return ObservationDict(collections.OrderedDict((f.key, leaf_space(f)) for f in layout.leaves))
+    space = ObservationDict(collections.OrderedDict((f.key, leaf_space(f)) for f in layout.leaves))
+    space.images = layout.images
+    return space
 
 
 def flatten(observation: Any, layout: ObservationLayout) -> dict[str, np.ndarray]:
@@ -290,24 +310,33 @@ class FlatObservation(gym.ObservationWrapper):
         return flatten(observation, self.layout)
 
 
-def structured(env: gym.Env, keys: Sequence[str] = (), *, env_id: str = "the env") -> gym.Env:
-    """``env`` wrapped by :class:`FlatObservation` if its observations are a ``Dict``/``Tuple``."""
+def structured(
+    env: gym.Env, keys: Sequence[str] = (), *, env_id: str = "the env", images: Sequence = ()
+) -> gym.Env:
+    """``env`` wrapped by :class:`FlatObservation` if its observations are a ``Dict``/``Tuple``.
+
+    ``images`` adds :class:`collector.envs.images.ImageObservation` on the flat dict.
+    """
     if isinstance(env.observation_space, ObservationDict) or not is_structured(
         env.observation_space
     ):
+        if images:  # refused, naming collector.image_keys
+            describe(env.observation_space, keys=keys, env_id=env_id, images=images)
         return env
-    return FlatObservation(env, keys, env_id=env_id)
+    from collector.envs.images import structured_images
+
+    return structured_images(FlatObservation(env, keys, env_id=env_id), images, env_id=env_id)
 
 
 def observation_space(
-    space: gym.Space, keys: Sequence[str] = (), *, env_id: str = "the env"
+    space: gym.Space, keys: Sequence[str] = (), *, env_id: str = "the env", images: Sequence = ()
 ) -> gym.Space:
     """The space collectors see: a ``Dict``/``Tuple`` flattened (see :func:`structured`)."""
     if isinstance(space, ObservationDict) or not is_structured(space):
-        if keys:
-            describe(space, keys=keys, env_id=env_id)  # refuses keys of a flat space
+        if keys or images:  # refuses keys of a flat space
+            describe(space, keys=keys, env_id=env_id, images=images)
         return space
-    return flat_space(describe(space, keys=keys, env_id=env_id))
+    return flat_space(describe(space, keys=keys, env_id=env_id, images=images))
 
 
 def observation_keys_of(spec: Any) -> tuple[str, ...]:

@@ -106,6 +106,7 @@ def make_vector_env(
     wrap: Callable[[gym.Env, int], gym.Env] | None = None,
     action_mask_key: str | None = None,
     observation_keys: Sequence[str] = (),
+    images: Sequence = (),
 ) -> gym.vector.VectorEnv:
     """Builds a vector env in gymnasium's ``NEXT_STEP`` (or ``SAME_STEP``) autoreset mode.
 
@@ -130,6 +131,8 @@ def make_vector_env(
         observation_keys: A ``Dict``/``Tuple`` observation (what is left of it once the mask
             is out) is flattened by key path (:func:`collector.envs.spaces.structured`),
             keeping only these keys (empty: all).
+        images: Image keys of it to preprocess (:mod:`collector.envs.images`, the network
+            spec's ``layout.images``).
 
     Returns:
         The vector env (not reset yet).
@@ -153,7 +156,9 @@ def make_vector_env(
     )
     keys = tuple(observation_keys)
     env_fns = [
-        functools.partial(_guarded, make, kwargs, env_id, i, wrap, keys, action_mask_key)
+        functools.partial(
+            _guarded, make, kwargs, env_id, i, wrap, keys, action_mask_key, tuple(images)
+        )
         for i in range(num_envs)
     ]
     vector_cls = gym.vector.SyncVectorEnv if mode == "sync" else gym.vector.AsyncVectorEnv
@@ -210,13 +215,14 @@ def _guarded(
     wrap=None,
     keys=(),
     mask_key: str | None = None,
+    images=(),
 ) -> gym.Env:
     env = make(**kwargs)
     if mask_key:  # the mask leaves the observation first (collector.envs.masks)
         from collector.envs.masks import MaskToInfo
 
         env = MaskToInfo(env, mask_key)
-    env = structured(env, keys, env_id=env_id)
+    env = structured(env, keys, env_id=env_id, images=images)
     return GuardedEnv(env if wrap is None else wrap(env, index), env_id, index)
 
 

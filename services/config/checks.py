@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import gymnasium as gym
 
-from collector.envs.spaces import describe
+from collector.envs.spaces import ObservationDict, describe
 from collector.networks.builders import MULTI_INPUT, flat_obs_dim, is_pixels
 from services.config import multiagent
 from services.config.actions import factorised_actions
@@ -174,6 +174,31 @@ def _check_registered(config, algo) -> None:
             raise AlgorithmConfigError(str(err)) from None
 
 
+def _check_key_frames(config, algo, obs_space: ObservationDict) -> None:
+    """Refuses ``replay.frame_stack`` with a ``Dict`` observation unless one key can take it.
+
+    Frames are stored once for one image key stacking ``replay.frame_stack`` frames
+    (``collector.image_keys``), by an off-policy algorithm without external actors.
+    """
+    stack = config.replay.frame_stack
+    stacked = [image.key for image in obs_space.images if image.frame_stack == stack]
+    if algo.name not in _FRAME_STACKING or len(stacked) != 1:
+        raise AlgorithmConfigError(
+            f"replay.frame_stack: with a Dict observation, stores the frames of one image key "
+            f"once; it needs algorithm {' or '.join(_FRAME_STACKING)} and exactly one key of "
+            f"collector.image_keys with frame_stack: {stack} (got algorithm {algo.name}, "
+            f"stacked keys {stacked}, collector.image_keys "
+            f"{ {i.key: i.frame_stack for i in obs_space.images} }); set replay.frame_stack=0 "
+            "to store whole observations"
+        )
+    if config.grpc.enabled:
+        raise AlgorithmConfigError(
+            "grpc.port: external actors insert stacked observations, which a "
+            "frame-deduplicated replay (replay.frame_stack) does not take; set "
+            f"replay.frame_stack=0 to serve them, got port {config.grpc.port}"
+        )
+
+
 def check_spaces(config, obs_space: gym.Space, action_space: gym.Space) -> None:
     """Refuses env spaces the algorithm cannot use (no torch needed).
 
@@ -230,7 +255,9 @@ def check_spaces(config, obs_space: gym.Space, action_space: gym.Space) -> None:
                 f"replay.frame_stack=0 to serve them, got port {config.grpc.port}"
             )
         return  # e.g. a Q-network with a CNN torso over the frames (collector.networks.cnn)
-    if config.replay.frame_stack:
+    if config.replay.frame_stack and isinstance(obs_space, ObservationDict):
+        _check_key_frames(config, algo, obs_space)
+    elif config.replay.frame_stack:
         raise AlgorithmConfigError(
             f"replay.frame_stack: needs stacked uint8 frames [S, H, W] and algorithm "
             f"{' or '.join(_FRAME_STACKING)} (on-policy tables keep stacks), "

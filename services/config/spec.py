@@ -15,6 +15,7 @@ import os
 
 import gymnasium as gym
 
+from collector.envs.images import parse as parse_images
 from collector.envs.spaces import observation_space
 from collector.envs.vector import (
     is_factory_path,
@@ -42,6 +43,11 @@ def env_spaces(config: RunConfig) -> Spaces:
     """
     env_id = config.collector.env_id
     if algorithm_for(config).multi_agent:  # the PettingZoo wrapper's Dict and MultiDiscrete
+        if config.collector.image_keys:
+            raise ConfigError(
+                f"collector.image_keys: preprocesses keys of a single-agent Dict observation; "
+                f"{config.algorithm} is multi-agent, got {sorted(config.collector.image_keys)}"
+            )
         try:
             spaces = multiagent.env_spaces(config)
             # per-agent masks (collector.action_mask_key) are not in the wrapper's spaces
@@ -71,7 +77,8 @@ def env_spaces(config: RunConfig) -> Spaces:
         # (collector.envs.masks), then a Dict/Tuple observation flattened by key path
         spaces = masked_observation_space(config, *spaces), spaces[1]
         keys = config.collector.observation_keys
-        spaces = observation_space(spaces[0], keys, env_id=env_id), spaces[1]
+        images = parse_images(config.collector.image_keys)  # collector.envs.images
+        spaces = observation_space(spaces[0], keys, env_id=env_id, images=images), spaces[1]
         check_spaces(config, *spaces)
     except ValueError as err:  # AlgorithmConfigError, or a space no encoder takes
         raise ConfigError(str(err)) from None

@@ -54,6 +54,7 @@ def make_evaluation_envs(
             raise ValueError(f"{env_id}: its envs are not gymnasium envs and cannot be wrapped")
         masks = {"action_mask_key": action_mask_key} if action_mask_key else {}
         return model_spec.make_vector_env(env_id, num_envs, env_kwargs=env_kwargs, **masks)
+    from collector.envs.images import images_of
     from collector.envs.spaces import observation_keys_of
     from collector.envs.vector import make_vector_env  # gymnasium: imported where envs are made
 
@@ -65,4 +66,5 @@ def make_evaluation_envs(
         wrap=wrap,
         action_mask_key=action_mask_key,
         observation_keys=keys,
+        images=images_of(model_spec),
     )

@@ -252,10 +252,14 @@ def serve_run(config, controller: ServedRun) -> GrpcServer | None:
     """
     if not config.grpc.enabled:
         return None
+    from collector.envs.images import parse
     from services.grpc.transitions import env_transition_spec
 
     collector = config.collector
-    spec = env_transition_spec(collector.env_id, collector.env_kwargs, collector.observation_keys)
+    images = parse(collector.image_keys)
+    spec = env_transition_spec(
+        collector.env_id, collector.env_kwargs, collector.observation_keys, images
+    )
     server = GrpcServer(
         config.grpc,
         controller.inbox,

@@ -12,12 +12,16 @@ from replay.wire.batches import TransitionSpec, transition_spec
 
 
 def env_transition_spec(
-    env_id: str, env_kwargs: Mapping | None = None, observation_keys: Sequence[str] = ()
+    env_id: str,
+    env_kwargs: Mapping | None = None,
+    observation_keys: Sequence[str] = (),
+    images: Sequence = (),
 ) -> TransitionSpec:
     """Makes the env once (a gymnasium id or ``module:function``) and reads its spec.
 
     A ``Dict``/``Tuple`` observation is read as collectors see it: flattened by key path and
-    restricted to ``observation_keys`` (``collector.envs.spaces``), one named field per key.
+    restricted to ``observation_keys`` (``collector.envs.spaces``), one named field per key,
+    image keys preprocessed as ``images`` says (``collector.image_keys``).
     """
     if is_factory_path(env_id):
         env = resolve_factory(env_id)(**dict(env_kwargs or {}))
@@ -25,7 +29,9 @@ def env_transition_spec(
         register_env_package(env_id)
         env = gym.make(env_id, **dict(env_kwargs or {}))
     try:
-        space = observation_space(env.observation_space, observation_keys, env_id=env_id)
+        space = observation_space(
+            env.observation_space, observation_keys, env_id=env_id, images=images
+        )
         return transition_spec(space, env.action_space)
     finally:
         env.close()

@@ -110,11 +110,13 @@ class Policy:
         )
 
     def reset(self) -> None:
-        """A new episode: clears the frame stack and the agents' previous actions."""
+        """A new episode: clears the frame stacks and the agents' previous actions."""
         if self.frames is not None:
             self.frames.reset()
         if self.agents is not None:
             self.agents.reset()
+        if self.structured is not None:
+            self.structured.reset()
 
     def forward(self, observation: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
         """The head's output for a batch of tensors (what an exported file computes).

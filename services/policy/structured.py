@@ -4,7 +4,10 @@ A policy trained on a ``Dict`` observation takes what the env returns: one obser
 env's nested mapping, or the flat mapping of its leaves keyed by path, ``pos.0``) or a batch
 (each leaf with a leading batch dimension, as a gymnasium vector env returns them); keys the run
 dropped (``collector.observation_keys``) are ignored. Each leaf is checked against its shape and
-handed to the network as a tensor of its stored dtype, as collectors hand it.
+handed to the network as a tensor of its stored dtype, as collectors hand it. An image key the
+run preprocessed (``collector.image_keys``) is taken raw, as the env returns it (preprocessed
+and stacked with the frames before it until :meth:`StructuredInput.reset`,
+:class:`collector.envs.images.ImageInputs`), or already preprocessed.
 
 Examples:
     >>> import gymnasium as gym
@@ -24,6 +27,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from collector.envs.images import ImageInputs
 from collector.envs.spaces import SEPARATOR, ObservationLayout
 
 
@@ -36,6 +40,12 @@ class StructuredInput:
 
     def __init__(self, layout: ObservationLayout) -> None:
         self.layout = layout
+        self.images = ImageInputs(layout.images) if layout.images else None
+
+    def reset(self) -> None:
+        """A new episode: preprocessed image keys' frame stacks start again."""
+        if self.images is not None:
+            self.images.reset()
 
     def leaf(self, observation: Any, key: str) -> Any:
         """The value of leaf ``key`` in a flat or nested observation.
@@ -72,6 +82,8 @@ class StructuredInput:
         tensors, single, sizes = {}, None, set()
         for leaf in self.layout.leaves:
             value = self.leaf(observation, leaf.key)
+            if self.images is not None:
+                value = self.images(leaf.key, value)
             if isinstance(value, torch.Tensor):
                 tensor = value.to(device)
             else:
