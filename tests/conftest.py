@@ -198,3 +198,14 @@ def run_cli(*args: str, timeout: float = 240) -> subprocess.CompletedProcess:
         text=True,
         timeout=timeout,
     )
+
+
+@pytest.fixture
+def one_torch_thread():
+    """One torch thread, as collectors run (``torch.set_num_threads(1)``); restored after."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)

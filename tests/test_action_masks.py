@@ -35,13 +35,8 @@ CONNECT4 = "collector.envs.connect4:connect_four"
 KEY = "action_mask"
 
 
-@pytest.fixture(autouse=True)
-def one_torch_thread():
-    """As collectors run (``torch.set_num_threads(1)``): small forwards on a busy host."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+# As collectors run: one torch thread (small forwards on a busy host).
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def hand_masked(logits: torch.Tensor, mask: torch.Tensor, action: torch.Tensor):

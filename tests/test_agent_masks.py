@@ -34,13 +34,8 @@ def config_of(algorithm: str, *overrides: str):
     return load_config(ROOT / "deploy" / "configs" / f"spread_{algorithm}.yaml", list(overrides))
 
 
-@pytest.fixture(autouse=True)
-def one_torch_thread():
-    """As collectors run (``torch.set_num_threads(1)``): small forwards on a busy host."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+# As collectors run: one torch thread (small forwards on a busy host).
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.mark.parametrize("mask_in", ["observation", "info"])
