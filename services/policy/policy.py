@@ -218,8 +218,7 @@ class Policy:
     def _act_structured(self, observation, deterministic: bool, as_torch: bool, device, mask=None):
         batch, single = self.structured(observation, self.device)
         if mask is not None:
-            mask = np.asarray(mask.cpu() if isinstance(mask, torch.Tensor) else mask).astype(bool)
-            mask = mask[None] if mask.ndim == 1 else mask
+            mask = self._batched_mask(mask, len(next(iter(batch.values()))))
         if deterministic:
             with torch.inference_mode():
                 out = self.head(batch)
