@@ -19,6 +19,7 @@ GRAD_CLIPS = ("norm", "value", "none")
 PRECISIONS = ("fp32", "bf16", "fp16")
 LR_SCHEDULERS = ("none", "linear", "cosine")
 PIXEL_TORSOS = TORSOS
+RECURRENT = ("none", "lstm", "gru")
 COMPILE_MODES = ("off", "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 COMPILE_BACKENDS = ("inductor", "aot_eager", "eager")
 _FACTORY_PATH = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
@@ -89,6 +90,9 @@ class LearnerConfig:
         pixel_torso: The convolutional torso of Q-networks over pixel frames (``[S, H, W]``
             uint8 observations, e.g. Atari): ``nature`` (Nature-DQN CNN) or ``impala``
             (IMPALA ResNet); see ``collector.networks.cnn``.
+        recurrent: ``none``, ``lstm`` or ``gru``: a recurrent core between the encoder and the
+            heads (``collector.networks.recurrent``: state protocol, ``docs/networks.md``).
+        recurrent_hidden_size: Units of the recurrent core.
         find_unused_parameters: DDP option for losses whose named methods use a subset of the
             parameters (actor-critic losses).
         stepper: ``auto`` (the built-in loss's own stepper in ``learner.losses.LOSSES``, as its
@@ -146,6 +150,8 @@ class LearnerConfig:
     double_dqn: bool = True
     dueling: bool = False
     pixel_torso: str = "nature"
+    recurrent: str = "none"
+    recurrent_hidden_size: int = 128
     find_unused_parameters: bool = False
     # Optimization
     stepper: str = "auto"
@@ -178,12 +184,7 @@ class LearnerConfig:
     def _check_scaling(self) -> None:
         _check(self.world_size >= 1, "world_size", "must be an integer >= 1", self.world_size)
         _check(self.backend in BACKENDS, "backend", f"must be one of {BACKENDS}", self.backend)
-        _check(
-            self.placement_strategy in STRATEGIES,
-            "placement_strategy",
-            f"must be one of {STRATEGIES}",
-            self.placement_strategy,
-        )
+        _one_of(self.placement_strategy, "placement_strategy", STRATEGIES)
         resources = self.resources_per_rank
         _check(
             all(isinstance(v, int | float) and v >= 0 for v in resources.values()),
@@ -244,11 +245,13 @@ class LearnerConfig:
             "must be a 'module:function' factory path or null",
             self.network,
         )
+        _one_of(self.pixel_torso, "pixel_torso", PIXEL_TORSOS)
+        _one_of(self.recurrent, "recurrent", RECURRENT)
         _check(
-            self.pixel_torso in PIXEL_TORSOS,
-            "pixel_torso",
-            f"must be one of {PIXEL_TORSOS}",
-            self.pixel_torso,
+            self.recurrent_hidden_size >= 1,
+            "recurrent_hidden_size",
+            "must be >= 1",
+            self.recurrent_hidden_size,
         )
         if self.loss.startswith("torchrl:"):
             from learner.losses.torchrl_loss import check_torchrl_loss  # imports torchrl
@@ -277,28 +280,13 @@ class LearnerConfig:
             f"must be one of {STEPPERS} or a 'module:factory' path",
             self.stepper,
         )
-        _check(
-            self.optimizer in OPTIMIZERS,
-            "optimizer",
-            f"must be one of {OPTIMIZERS}",
-            self.optimizer,
-        )
+        _one_of(self.optimizer, "optimizer", OPTIMIZERS)
         _check(self.lr > 0, "lr", "must be > 0", self.lr)
         _check(self.weight_decay >= 0, "weight_decay", "must be >= 0", self.weight_decay)
-        _check(
-            self.grad_clip in GRAD_CLIPS,
-            "grad_clip",
-            f"must be one of {GRAD_CLIPS}",
-            self.grad_clip,
-        )
+        _one_of(self.grad_clip, "grad_clip", GRAD_CLIPS)
         _check(self.max_grad_norm >= 0, "max_grad_norm", "must be >= 0", self.max_grad_norm)
         _check(self.max_grad_value > 0, "max_grad_value", "must be > 0", self.max_grad_value)
-        _check(
-            self.precision in PRECISIONS,
-            "precision",
-            f"must be one of {PRECISIONS}",
-            self.precision,
-        )
+        _one_of(self.precision, "precision", PRECISIONS)
         _check(
             self.grad_accumulation >= 1,
             "grad_accumulation",
@@ -320,12 +308,7 @@ class LearnerConfig:
             f"precision={self.precision!r}, grad_accumulation={self.grad_accumulation}",
             self.stepper,
         )
-        _check(
-            self.lr_scheduler in LR_SCHEDULERS,
-            "lr_scheduler",
-            f"must be one of {LR_SCHEDULERS}",
-            self.lr_scheduler,
-        )
+        _one_of(self.lr_scheduler, "lr_scheduler", LR_SCHEDULERS)
         _check(self.lr_warmup_steps >= 0, "lr_warmup_steps", "must be >= 0", self.lr_warmup_steps)
         _check(
             self.lr_decay_steps >= 1 or self.lr_scheduler == "none",
@@ -338,18 +321,8 @@ class LearnerConfig:
         )
 
     def _check_compile(self) -> None:
-        _check(
-            self.compile in COMPILE_MODES,
-            "compile",
-            f"must be one of {COMPILE_MODES}",
-            self.compile,
-        )
-        _check(
-            self.compile_backend in COMPILE_BACKENDS,
-            "compile_backend",
-            f"must be one of {COMPILE_BACKENDS}",
-            self.compile_backend,
-        )
+        _one_of(self.compile, "compile", COMPILE_MODES)
+        _one_of(self.compile_backend, "compile_backend", COMPILE_BACKENDS)
         if self.compile != "off":
             from learner.compilation import compile_unsupported_reason  # imports torch
 
@@ -392,3 +365,7 @@ class LearnerConfig:
 def _check(ok: bool, field: str, rule: str, value) -> None:
     if not ok:
         raise ValueError(f"{field}: {rule}, got {value!r}")
+
+
+def _one_of(value, field: str, choices: tuple) -> None:
+    _check(value in choices, field, f"must be one of {choices}", value)

@@ -18,10 +18,35 @@ from collector.envs.spaces import structured
 ENV_EXTRAS = {"gymnasium.envs.box2d.": "box2d", "gymnasium.envs.mujoco.": "mujoco"}
 # Env ids registered by importing a package, by id prefix: (package, relayrl extra).
 ENV_PACKAGES = {"MiniGrid-": ("minigrid", "minigrid")}
+RELAYRL_PREFIX = "relayrl:"  # relayrl's own envs (collector.envs.memory)
 AUTORESET_MODES = {
     "next_step": gym.vector.AutoresetMode.NEXT_STEP,
     "same_step": gym.vector.AutoresetMode.SAME_STEP,
 }
+
+
+def gym_id(env_id: str) -> str:
+    """The gymnasium id of ``env_id``: relayrl's own ``relayrl:Name-vN`` -> ``relayrl/Name-vN``.
+
+    Importing :mod:`collector.envs.memory` registers relayrl's envs; other ids are unchanged.
+
+    Examples:
+        >>> gym_id("relayrl:StatelessCartPole-v1"), gym_id("CartPole-v1")
+        ('relayrl/StatelessCartPole-v1', 'CartPole-v1')
+    """
+    if not env_id.startswith(RELAYRL_PREFIX):
+        return env_id
+    from collector.envs import memory
+
+    return f"{memory.NAMESPACE}/{env_id[len(RELAYRL_PREFIX) :]}"
+
+
+def make_env(env_id: str, **kwargs: Any) -> gym.Env:
+    """One env: a factory path's function, or ``gymnasium.make`` of a (relayrl or extra) id."""
+    if is_factory_path(env_id):
+        return resolve_factory(env_id)(**kwargs)
+    register_env_package(env_id)
+    return gym.make(gym_id(env_id), **kwargs)
 
 
 def is_factory_path(env_id: str) -> bool:
@@ -45,7 +70,7 @@ def extra_for(env_id: str) -> str | None:
     if is_factory_path(env_id):
         return None
     try:
-        entry_point = gym.spec(env_id).entry_point
+        entry_point = gym.spec(gym_id(env_id)).entry_point
     except gym.error.Error:
         return None
     if not isinstance(entry_point, str):
@@ -152,7 +177,9 @@ def make_vector_env(
     if not is_factory_path(env_id):
         register_env_package(env_id)
     make = (
-        resolve_factory(env_id) if is_factory_path(env_id) else functools.partial(gym.make, env_id)
+        resolve_factory(env_id)
+        if is_factory_path(env_id)
+        else functools.partial(gym.make, gym_id(env_id))
     )
     keys = tuple(observation_keys)
     env_fns = [

@@ -58,6 +58,8 @@ class NetworkOptions:
         action_noise: The color of a Gaussian policy's noise (``collector.action_noise``).
         discrete_encoding: ``one_hot`` or ``embedding``, the multi-input encoder's treatment of
             discrete observation keys.
+        recurrent: ``none``, ``lstm`` or ``gru`` (``learner.recurrent``).
+        recurrent_hidden_size: The recurrent core's units (``learner.recurrent_hidden_size``).
     """
 
     env_id: str
@@ -68,6 +70,8 @@ class NetworkOptions:
     global_state: str = "auto"
     action_noise: str = "white"
     discrete_encoding: str = "one_hot"
+    recurrent: str = "none"
+    recurrent_hidden_size: int = 128
 
 
 NetworkBuilder = Callable[[NetworkOptions, gym.Space, gym.Space], NetworkSpec]
@@ -188,12 +192,12 @@ def episode_steps(env_id: str, default: int = 1000) -> int:
         >>> episode_steps("MountainCarContinuous-v0"), episode_steps("pkg.mod:make_env")
         (999, 1000)
     """
-    from collector.envs.vector import is_factory_path
+    from collector.envs.vector import gym_id, is_factory_path
 
     if is_factory_path(env_id):
         return default
     try:
-        steps = gym.spec(env_id).max_episode_steps
+        steps = gym.spec(gym_id(env_id)).max_episode_steps
     except gym.error.Error:
         return default
     return int(steps) if steps and steps > 1 else default
@@ -275,6 +279,92 @@ def multi_input_actor_critic(
     )
 
 
+def recurrent_q(
+    options: NetworkOptions, obs_space: gym.Space, action_space: gym.Space
+) -> NetworkSpec:
+    """A recurrent Q-network (``learner.recurrent``) over any observation the encoder takes."""
+    from collector.envs.spaces import describe
+    from collector.networks.recurrent import RecurrentQSpec
+
+    return RecurrentQSpec(
+        describe(obs_space, env_id=options.env_id),
+        options.hidden_sizes,
+        options.recurrent,
+        options.recurrent_hidden_size,
+        options.pixel_torso,
+        options.discrete_encoding,
+        num_actions=int(action_space.n),
+        dueling=options.dueling,
+    )
+
+
+def recurrent_actor_critic(
+    options: NetworkOptions, obs_space: gym.Space, action_space: gym.Space
+) -> NetworkSpec:
+    """A recurrent actor-critic (``learner.recurrent``), the action spaces of ``actor_critic``."""
+    from collector.envs.spaces import describe
+    from collector.networks.recurrent import RecurrentActorCriticSpec
+    from collector.noise import COLORS
+
+    common = (
+        describe(obs_space, env_id=options.env_id),
+        options.hidden_sizes,
+        options.recurrent,
+        options.recurrent_hidden_size,
+        options.pixel_torso,
+        options.discrete_encoding,
+    )
+    if isinstance(action_space, gym.spaces.Discrete):
+        return RecurrentActorCriticSpec(*common, action_dim=int(action_space.n))
+    if isinstance(action_space, gym.spaces.MultiDiscrete):
+        nvec = tuple(int(n) for n in action_space.nvec)
+        return RecurrentActorCriticSpec(
+            *common, action_dim=sum(nvec), distribution="multi_categorical", nvec=nvec
+        )
+    if isinstance(action_space, gym.spaces.MultiBinary):
+        return RecurrentActorCriticSpec(
+            *common, action_dim=int(action_space.n), distribution="bernoulli"
+        )
+    return RecurrentActorCriticSpec(
+        *common,
+        action_dim=int(action_space.shape[0]),
+        distribution="gaussian",
+        noise_beta=COLORS[options.action_noise],
+        noise_horizon=episode_steps(options.env_id),
+    )
+
+
+# A recipe's network -> its recurrent twin (``learner.recurrent``); other networks have none.
+RECURRENT = {
+    "q_mlp": "recurrent_q",
+    "cnn_q": "recurrent_q",
+    "multi_input_q": "recurrent_q",
+    "actor_critic": "recurrent_actor_critic",
+    "cnn_actor_critic": "recurrent_actor_critic",
+    "multi_input_actor_critic": "recurrent_actor_critic",
+}
+
+
+def recurrent_network(network: str, recurrent: str) -> str:
+    """``network``'s recurrent twin with ``recurrent`` set, else ``network``.
+
+    Raises:
+        ValueError: Naming ``learner.recurrent`` for a network with no recurrent twin.
+
+    Examples:
+        >>> recurrent_network("cnn_actor_critic", "lstm"), recurrent_network("q_mlp", "none")
+        ('recurrent_actor_critic', 'q_mlp')
+    """
+    if recurrent == "none" or network in RECURRENT.values():
+        return network
+    if network not in RECURRENT:
+        raise ValueError(
+            f"learner.recurrent: {recurrent!r} has no recurrent form of the {network!r} network "
+            f"(recurrent networks: {sorted(set(RECURRENT))})"
+        )
+    return RECURRENT[network]
+
+
 # A recipe's network over flat observations -> its twin over structured ones.
 MULTI_INPUT = {"q_mlp": "multi_input_q", "actor_critic": "multi_input_actor_critic"}
 
@@ -302,4 +392,6 @@ NETWORKS: dict[str, NetworkBuilder] = {
     "agents": agents,
     "multi_input_q": multi_input_q,
     "multi_input_actor_critic": multi_input_actor_critic,
+    "recurrent_q": recurrent_q,
+    "recurrent_actor_critic": recurrent_actor_critic,
 }

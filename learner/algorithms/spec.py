@@ -144,6 +144,9 @@ class Algorithm:
             ``collector.action_noise`` may color a Gaussian policy's noise).
         multi_agent: Runs on PettingZoo parallel envs: agent fields carry an agent dimension,
             and the env's spaces are the multi-agent wrapper's.
+        recurrent: Trains recurrent networks (``learner.recurrent``: its loss runs sequences
+            with their stored states, ``collector.networks.recurrent``); otherwise a config
+            setting ``learner.recurrent`` is refused.
         one_step_per_batch: Takes exactly one gradient step per collected batch, so
             ``learner.onpolicy.num_epochs`` and ``num_minibatches`` must be 1.
         stepper: The stepper ``learner.stepper: auto`` picks for its loss (a key of
@@ -184,6 +187,7 @@ class Algorithm:
     transform: str | None = None
     epsilon_greedy: bool = False
     multi_agent: bool = False
+    recurrent: bool = False
     one_step_per_batch: bool = False
     stepper: str | None = None
     options: Mapping[str, type] = dataclasses.field(default_factory=dict)

@@ -39,6 +39,12 @@ def check(config) -> None:
             f"epsilon-greedily, got {collector.action_noise!r}"
         )
     _check_registered(config, algo)
+    if learner.recurrent != "none" and not algo.recurrent:
+        takes = sorted(name for name, other in ALGORITHMS.items() if other.recurrent)
+        raise AlgorithmConfigError(
+            f"learner.recurrent: {algo.name} trains feed-forward networks only (recurrent: "
+            f"{', '.join(takes) or 'none yet'}), got {learner.recurrent!r}"
+        )
     if ":" not in learner.loss and learner.loss != algo.loss:
         raise AlgorithmConfigError(
             f"learner.loss: algorithm {algo.name} trains with {algo.loss!r} (or a "

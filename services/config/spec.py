@@ -17,13 +17,8 @@ import gymnasium as gym
 
 from collector.envs.images import parse as parse_images
 from collector.envs.spaces import observation_space
-from collector.envs.vector import (
-    is_factory_path,
-    missing_extra_hint,
-    register_env_package,
-    resolve_factory,
-)
-from collector.networks.builders import NETWORKS, NetworkOptions
+from collector.envs.vector import make_env, missing_extra_hint
+from collector.networks.builders import NETWORKS, NetworkOptions, recurrent_network
 from services.config import multiagent
 from services.config.actions import masked_observation_space
 from services.config.checks import check_spaces
@@ -56,11 +51,8 @@ def env_spaces(config: RunConfig) -> Spaces:
             raise ConfigError(str(err)) from None
         return spaces
     try:
-        if is_factory_path(env_id):  # module:function, as the collectors build it
-            env = resolve_factory(env_id)(**config.collector.env_kwargs)
-        else:
-            register_env_package(env_id)  # e.g. MiniGrid's ids: the minigrid extra
-            env = gym.make(env_id, **config.collector.env_kwargs)
+        # module:function as the collectors build it; an id's extra package (MiniGrid) first
+        env = make_env(env_id, **config.collector.env_kwargs)
     except gym.error.DependencyNotInstalled as err:  # box2d, mujoco: name relayrl's extra
         hint = missing_extra_hint(env_id) or str(err)
         raise ConfigError(f"collector.env_id: {env_id!r}: {hint}") from None
@@ -123,6 +115,8 @@ def network_options(config: RunConfig) -> NetworkOptions:
         global_state=config.collector.global_state,
         action_noise=config.collector.action_noise,
         discrete_encoding=config.collector.discrete_encoding,
+        recurrent=config.learner.recurrent,
+        recurrent_hidden_size=config.learner.recurrent_hidden_size,
     )
 
 
@@ -140,10 +134,12 @@ def model_spec_for(config: RunConfig, spaces: Spaces | None = None):
         ConfigError: If the env id is unknown or its spaces do not suit the algorithm.
     """
     obs_space, action_space = spaces or env_spaces(config)
-    build = NETWORKS[algorithm_for(config).network_for(obs_space)]
     try:
+        name = recurrent_network(
+            algorithm_for(config).network_for(obs_space), config.learner.recurrent
+        )
         check_spaces(config, obs_space, action_space)
-        spec = build(network_options(config), obs_space, action_space)
+        spec = NETWORKS[name](network_options(config), obs_space, action_space)
     except ValueError as err:  # AlgorithmConfigError, or a builder's refusal naming the field
         raise ConfigError(str(err)) from None
     if config.learner.network:

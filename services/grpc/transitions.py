@@ -4,10 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-import gymnasium as gym
-
 from collector.envs.spaces import observation_space
-from collector.envs.vector import is_factory_path, register_env_package, resolve_factory
+from collector.envs.vector import make_env
 from replay.wire.batches import TransitionSpec, transition_spec
 
 
@@ -23,11 +21,7 @@ def env_transition_spec(
     restricted to ``observation_keys`` (``collector.envs.spaces``), one named field per key,
     image keys preprocessed as ``images`` says (``collector.image_keys``).
     """
-    if is_factory_path(env_id):
-        env = resolve_factory(env_id)(**dict(env_kwargs or {}))
-    else:
-        register_env_package(env_id)
-        env = gym.make(env_id, **dict(env_kwargs or {}))
+    env = make_env(env_id, **dict(env_kwargs or {}))
     try:
         space = observation_space(
             env.observation_space, observation_keys, env_id=env_id, images=images
