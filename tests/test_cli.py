@@ -5,7 +5,6 @@ import subprocess
 from pathlib import Path
 
 import pytest
-import ray
 
 from services import train
 from tests.conftest import PYTHON, ROOT, cli_env, run_cli
@@ -80,5 +79,5 @@ def test_invalid_config_exits_before_any_actor(override, field, tmp_path, capsys
     out, err = capsys.readouterr()
     message = err.strip().splitlines()
     assert len(message) == 1 and field in message[0], err
-    assert "Ray" not in err and "Ray" not in out and not ray.is_initialized()  # no cluster
+    assert "Ray" not in err and "Ray" not in out  # no cluster
     assert not any(tmp_path.iterdir())  # nothing written
