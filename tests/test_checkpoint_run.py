@@ -144,7 +144,7 @@ def test_dead_learner_is_restored_from_the_latest_checkpoint(ray_cluster, tmp_pa
 
 
 @pytest.mark.e2e
-def test_bad_checkpoints_are_refused_and_older_ones_stay_loadable(tmp_path, capsys):
+def test_bad_checkpoints_are_refused_and_older_ones_stay_loadable(tmp_path, capsys, joining_env):
     run_dir = tmp_path / "run"
     result = run_cli(
         "--set",
@@ -155,6 +155,7 @@ def test_bad_checkpoints_are_refused_and_older_ones_stay_loadable(tmp_path, caps
         f"run.dir={run_dir}",
         "--set",
         "metrics.enabled=false",
+        env=joining_env,
     )
     assert result.returncode == 0, result.stderr[-2000:]
     rotation = run_dir / "checkpoints"
@@ -191,6 +192,7 @@ def test_bad_checkpoints_are_refused_and_older_ones_stay_loadable(tmp_path, caps
         f"run.dir={tmp_path / 'r3'}",
         "--set",
         "metrics.enabled=false",
+        env=joining_env,
     )
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     assert "skipping invalid checkpoint" in resumed.stderr and tensor_file.name in resumed.stderr

@@ -10,8 +10,9 @@ from services import train
 from tests.conftest import PYTHON, ROOT, cli_env, run_cli
 
 
-@pytest.mark.slow
-def test_default_job_learns_cartpole(tmp_path):
+@pytest.mark.e2e
+def test_default_job_learns_cartpole(tmp_path, joining_env):
+    # On the session's Ray (the embedded start: test_relayrl_cli, test_faults, test_grpc_run).
     result = run_cli(
         "--config",
         "deploy/configs/cartpole_dqn.yaml",
@@ -25,6 +26,7 @@ def test_default_job_learns_cartpole(tmp_path):
         "evaluation.interval_frames=1000000000",
         "--set",
         "evaluation.episodes=3",
+        env=joining_env,
     )
     assert result.returncode == 0, result.stderr[-3000:]
     lines = result.stdout.strip().splitlines()
