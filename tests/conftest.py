@@ -185,15 +185,37 @@ def cli_env() -> dict[str, str]:
     return env
 
 
+@pytest.fixture
+def joining_env(ray_cluster) -> dict[str, str]:
+    """:func:`cli_env` for a CLI run that joins the session's Ray (``RAY_ADDRESS``).
+
+    Such a run connects instead of starting an embedded Ray of its own, a few seconds of every
+    start-up; tests of the embedded start itself (its process group, ports, dashboard, a fresh
+    install) run without it.
+    """
+    from replay.local_ray import SINGLE_MACHINE_ENV
+
+    env = cli_env()
+    env["RAY_ADDRESS"] = ray_cluster.get_runtime_context().gcs_address
+    env[SINGLE_MACHINE_ENV] = "0"  # reach the session's node on loopback, where it listens
+    return env
+
+
 PYTHON = sys.executable
 
 
-def run_cli(*args: str, timeout: float = 240) -> subprocess.CompletedProcess:
-    """Runs ``python -m services.train ARGS`` from the repo root and captures its output."""
+def run_cli(
+    *args: str, timeout: float = 240, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess:
+    """Runs ``python -m services.train ARGS`` from the repo root and captures its output.
+
+    ``env`` defaults to :func:`cli_env` (an embedded Ray); :func:`joining_env` joins the
+    session's.
+    """
     return subprocess.run(
         [PYTHON, "-m", "services.train", *args],
         cwd=ROOT,
-        env=cli_env(),
+        env=cli_env() if env is None else env,
         capture_output=True,
         text=True,
         timeout=timeout,

@@ -136,7 +136,7 @@ def test_sac_learns_pendulum(ray_cluster, tmp_path):
 
 @pytest.mark.e2e
 def test_ppo_stopped_with_sigterm_resumes_at_another_size_with_its_iterations_and_lr_schedule(
-    tmp_path,
+    tmp_path, joining_env
 ):
     run_dir = tmp_path / "run"
     args = [
@@ -151,7 +151,7 @@ def test_ppo_stopped_with_sigterm_resumes_at_another_size_with_its_iterations_an
         "--set",
         "metrics.enabled=false",
     ]
-    with CliRun(*args, stderr=False) as run:
+    with CliRun(*args, stderr=False, env=joining_env) as run:  # both runs on the session's Ray
         run.until_frames(4000)
         run.send_signal(signal.SIGTERM)  # to the driver alone
         stopped = run.summary(timeout=120)
@@ -175,6 +175,7 @@ def test_ppo_stopped_with_sigterm_resumes_at_another_size_with_its_iterations_an
         "collector.num_collectors=4",
         "--resume",
         stopped["checkpoint"],
+        env=joining_env,
     )
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     summary = json.loads(resumed.stdout.strip().splitlines()[-1])

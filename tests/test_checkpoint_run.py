@@ -7,6 +7,7 @@ import pytest
 import ray
 import torch
 
+from services import train
 from services.checkpoints.store import sha256_file, verify
 from services.config import load_config
 from services.driver.controller import Controller
@@ -143,7 +144,7 @@ def test_dead_learner_is_restored_from_the_latest_checkpoint(ray_cluster, tmp_pa
 
 
 @pytest.mark.e2e
-def test_bad_checkpoints_are_refused_and_older_ones_stay_loadable(tmp_path):
+def test_bad_checkpoints_are_refused_and_older_ones_stay_loadable(tmp_path, capsys, joining_env):
     run_dir = tmp_path / "run"
     result = run_cli(
         "--set",
@@ -154,6 +155,7 @@ def test_bad_checkpoints_are_refused_and_older_ones_stay_loadable(tmp_path):
         f"run.dir={run_dir}",
         "--set",
         "metrics.enabled=false",
+        env=joining_env,
     )
     assert result.returncode == 0, result.stderr[-2000:]
     rotation = run_dir / "checkpoints"
@@ -163,19 +165,23 @@ def test_bad_checkpoints_are_refused_and_older_ones_stay_loadable(tmp_path):
     tensor_file = next(p for p in sorted(newest.rglob("*.npy")) if p.stat().st_size > 100)
     tensor_file.write_bytes(tensor_file.read_bytes()[:-64])
 
-    refused = run_cli("--resume", str(newest), "--set", f"run.dir={tmp_path / 'r1'}")
-    assert refused.returncode == 2
-    assert tensor_file.name in refused.stderr and "Ray" not in refused.stderr
+    # The refusals come before Ray starts: the CLI's main in this process, no start-up each.
+    refused = train.main(["--resume", str(newest), "--set", f"run.dir={tmp_path / 'r1'}"])
+    err = capsys.readouterr().err
+    assert refused == 2
+    assert tensor_file.name in err and "Ray" not in err
 
-    conflict = run_cli(
-        "--resume",
-        str(previous),
-        "--set",
-        "collector.env_id=Acrobot-v1",
-        "--set",
-        f"run.dir={tmp_path / 'r2'}",
+    conflict = train.main(
+        [
+            "--resume",
+            str(previous),
+            "--set",
+            "collector.env_id=Acrobot-v1",
+            "--set",
+            f"run.dir={tmp_path / 'r2'}",
+        ]
     )
-    assert conflict.returncode == 2 and "collector.env_id" in conflict.stderr
+    assert conflict == 2 and "collector.env_id" in capsys.readouterr().err
 
     resumed = run_cli(
         "--resume",
@@ -186,6 +192,7 @@ def test_bad_checkpoints_are_refused_and_older_ones_stay_loadable(tmp_path):
         f"run.dir={tmp_path / 'r3'}",
         "--set",
         "metrics.enabled=false",
+        env=joining_env,
     )
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     assert "skipping invalid checkpoint" in resumed.stderr and tensor_file.name in resumed.stderr

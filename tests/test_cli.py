@@ -6,11 +6,13 @@ from pathlib import Path
 
 import pytest
 
+from services import train
 from tests.conftest import PYTHON, ROOT, cli_env, run_cli
 
 
-@pytest.mark.slow
-def test_default_job_learns_cartpole(tmp_path):
+@pytest.mark.e2e
+def test_default_job_learns_cartpole(tmp_path, joining_env):
+    # On the session's Ray (the embedded start: test_relayrl_cli, test_faults, test_grpc_run).
     result = run_cli(
         "--config",
         "deploy/configs/cartpole_dqn.yaml",
@@ -24,6 +26,7 @@ def test_default_job_learns_cartpole(tmp_path):
         "evaluation.interval_frames=1000000000",
         "--set",
         "evaluation.episodes=3",
+        env=joining_env,
     )
     assert result.returncode == 0, result.stderr[-3000:]
     lines = result.stdout.strip().splitlines()
@@ -70,11 +73,13 @@ def test_default_job_learns_cartpole(tmp_path):
         ("collector.env_id=NoSuchEnv-v9", "collector.env_id"),
     ],
 )
-def test_invalid_config_exits_before_any_actor(override, field, tmp_path):
+def test_invalid_config_exits_before_any_actor(override, field, tmp_path, capsys):
+    # The CLI's main in this process (``python -m services.train`` exits with what it returns),
+    # without a Python start-up per case: a unit test, failed by its guard if Ray starts.
     extra = ["--set", "learner.world_size=2"] if "global_batch" in override else []
-    result = run_cli("--set", override, *extra, "--set", f"run.dir={tmp_path}", timeout=60)
-    assert result.returncode == 2
-    message = result.stderr.strip().splitlines()
-    assert len(message) == 1 and field in message[0], result.stderr
-    assert "Ray" not in result.stderr and "Ray" not in result.stdout  # no cluster was started
+    assert train.main(["--set", override, *extra, "--set", f"run.dir={tmp_path}"]) == 2
+    out, err = capsys.readouterr()
+    message = err.strip().splitlines()
+    assert len(message) == 1 and field in message[0], err
+    assert "Ray" not in err and "Ray" not in out  # no cluster
     assert not any(tmp_path.iterdir())  # nothing written

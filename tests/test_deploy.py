@@ -1,19 +1,29 @@
-"""`ray job submit` against a real head node on loopback, and the deploy/ manifests."""
+"""`ray job submit` against a real head node on loopback, and the deploy/ manifests.
 
+Jobs are submitted with the ``ray job submit`` command, as the docs tell users to; the test
+follows, stops and reads them through Ray's job SDK in this process (the same HTTP API the
+``ray job`` commands call, without a Python start-up importing Ray for each call).
+"""
+
+import asyncio
 import contextlib
 import json
 import os
 import re
+import secrets
 import shutil
 import signal
 import socket
 import subprocess
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
+from functools import cached_property
 from pathlib import Path
 
 import pytest
 import yaml
+from ray.job_submission import JobSubmissionClient
 
 from services.checkpoints.store import latest_valid, verify
 from services.config import load_config
@@ -50,9 +60,17 @@ class Head:
         self.temp_dir = tempfile.mkdtemp(prefix="rrl-")
         ports = dict(zip(PORT_FLAGS, free_ports(len(PORT_FLAGS)), strict=True))
         self.dashboard = f"http://127.0.0.1:{ports['--dashboard-port']}"
-        # The job stop window covers the final checkpoint (the deploy recipes set it too).
-        self.env = dict(os.environ, RAY_AUTH_MODE="token", RAY_JOB_STOP_WAIT_TIME_S="60")
-        self.env.pop("RAY_ADDRESS", None)
+        # The job stop window covers the final checkpoint (the deploy recipes set it too). The
+        # head's own token (not the user's ~/.ray/auth_token) reaches the `ray` commands.
+        self.token = secrets.token_hex(32)
+        self.env = dict(
+            os.environ,
+            RAY_AUTH_MODE="token",
+            RAY_AUTH_TOKEN=self.token,
+            RAY_JOB_STOP_WAIT_TIME_S="60",
+        )
+        for name in ("RAY_ADDRESS", "RAY_AUTH_TOKEN_PATH"):
+            self.env.pop(name, None)
         args = [f"{flag}={port}" for flag, port in ports.items()]
         subprocess.run(
             [
@@ -84,6 +102,12 @@ class Head:
             check=check,
         )
 
+    @cached_property
+    def client(self) -> JobSubmissionClient:
+        """Ray's job SDK on this head's dashboard, with the head's token."""
+        headers = {"authorization": f"Bearer {self.token}"}
+        return JobSubmissionClient(self.dashboard, headers=headers)
+
     def submit(self, *train_args) -> str:
         """Submits the training job; retries while the job agent is still starting."""
         deadline = time.monotonic() + 90
@@ -109,18 +133,33 @@ class Head:
                 raise AssertionError(result.stderr[-2000:])
             time.sleep(1)  # the head's job agent is still starting: nothing to await on
 
+    def follow(self, job_id: str, until=None, timeout: float = 300) -> str | None:
+        """Follows the job's log stream (it closes when the job ends).
+
+        Returns the first line for which ``until`` is true, or None once the job has ended.
+        """
+
+        async def read() -> str | None:
+            pending = ""
+            async for chunk in self.client.tail_job_logs(job_id):
+                pending += chunk
+                *lines, pending = pending.split("\n")
+                for line in lines:
+                    if until is not None and until(line):
+                        return line
+            if until is not None:
+                raise AssertionError(f"{job_id} ended first: {self.logs(job_id)[-2000:]}")
+            return None
+
+        return asyncio.run(asyncio.wait_for(read(), timeout))
+
     def wait(self, job_id: str, timeout=300) -> str:
         """Follows the job's logs to the end, then returns its final status."""
-        self.job("logs", "--follow", job_id, timeout=timeout, check=False)
-        result = self.job("status", job_id)
-        status = result.stdout + result.stderr
-        states = re.findall(r"(succeeded|failed|stopped|running|pending)", status, re.I)
-        assert states, status
-        return states[-1].upper()
+        self.follow(job_id, timeout=timeout)
+        return self.client.get_job_status(job_id).value
 
     def logs(self, job_id: str) -> str:
-        result = self.job("logs", job_id)
-        return result.stdout + result.stderr
+        return self.client.get_job_logs(job_id)
 
     def stop(self):
         """Ends this head's processes only (`ray stop` would end every Ray on the machine).
@@ -166,21 +205,9 @@ def test_a_stopped_job_resumes_at_two_ranks_beside_a_fresh_job_each_apart(head, 
         "--set",
         "controller.log_interval_s=0.5",
     )
-    follow = subprocess.Popen(
-        ["ray", "job", "logs", "--address", head.dashboard, "--follow", job_id],
-        cwd=ROOT,
-        env=head.env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-    )
-    try:
-        for line in follow.stdout:  # the first progress line with episodes: the job is training
-            if line.startswith("frames ") and "return -" not in line:
-                break
-        head.job("stop", job_id, timeout=120)
-    finally:
-        follow.kill()
+    # The first progress line with episodes: the job is training.
+    head.follow(job_id, until=lambda line: line.startswith("frames ") and "return -" not in line)
+    assert head.client.stop_job(job_id)
     assert head.wait(job_id) == "STOPPED"
     logs = head.logs(job_id)
     summary = json.loads([line for line in logs.splitlines() if line.startswith("{")][-1])
@@ -210,7 +237,8 @@ def test_a_stopped_job_resumes_at_two_ranks_beside_a_fresh_job_each_apart(head, 
         f"controller.total_frames={summary['frames'] + 2000}",
     ]
     more = ["--set", "learner.world_size=2", "--set", "controller.log_interval_s=1"]
-    job_ids = [head.submit(*resume, *more), head.submit(*budget)]
+    with ThreadPoolExecutor(2) as submitting:
+        job_ids = list(submitting.map(lambda args: head.submit(*args), [[*resume, *more], budget]))
     statuses = [head.wait(job) for job in job_ids]
     logs = [head.logs(job) for job in job_ids]
     assert statuses == ["SUCCEEDED"] * 2, [log[-2000:] for log in logs]
@@ -243,9 +271,9 @@ def test_a_stopped_job_resumes_at_two_ranks_beside_a_fresh_job_each_apart(head, 
 @pytest.mark.slow
 def test_a_job_refuses_run_data_inside_its_working_directory(head):
     job_id = head.submit("--set", "run.storage=results")  # relative: the job's working dir
-    head.wait(job_id)  # its status message quotes the log tail, which may say "running"
-    status = head.job("status", job_id)
-    assert "exit code 2" in status.stdout + status.stderr  # refused as an invalid config
+    assert head.wait(job_id) == "FAILED"
+    info = head.client.get_job_info(job_id)
+    assert "exit code 2" in info.message  # refused as an invalid config
     logs = head.logs(job_id)
     assert "invalid config: run.storage:" in logs and "working directory" in logs, logs[-2000:]
 

@@ -116,7 +116,7 @@ def test_losing_a_worker_node_mid_run_re_places_its_actors_and_frames_stay_exact
     two_nodes, tmp_path
 ):
     settings = (
-        "controller.total_frames=40000",
+        "controller.total_frames=20000",
         "controller.log_interval_s=0.5",
         "learner.resources_per_rank={CPU: 1, head: 1}",
         "checkpoint.interval_frames=4000",
@@ -130,7 +130,7 @@ def test_losing_a_worker_node_mid_run_re_places_its_actors_and_frames_stay_exact
         err = run.tail()
     # Something of the run lived on the lost node and was restarted elsewhere.
     assert summary["collector_failures"] + summary["replay_restarts"] >= 1, err[-3000:]
-    assert summary["frames"] == summary["transitions"] >= 40000
+    assert summary["frames"] == summary["transitions"] >= 20000
     assert summary["stopped_early"] is False
     _, manifest = latest_valid(tmp_path / "checkpoints")
     assert manifest["counters"]["collected_frames"] == summary["frames"], err[-3000:]
