@@ -39,6 +39,7 @@ def check(config) -> None:
             f"epsilon-greedily, got {collector.action_noise!r}"
         )
     _check_registered(config, algo)
+    _check_sequences(config, algo)
     if learner.recurrent != "none" and not algo.recurrent:
         takes = sorted(name for name, other in ALGORITHMS.items() if other.recurrent)
         raise AlgorithmConfigError(
@@ -121,6 +122,41 @@ def check(config) -> None:
             f"replay.capacity: each shard must hold one iteration's {per_shard} transitions, "
             f"got {config.replay.shard_capacity} per shard"
         )
+
+
+def _check_sequences(config, algo) -> None:
+    """Refuses sequence replay where nothing trains from it, and what it cannot carry yet.
+
+    Sequences (``replay.sequence_length``) are what an off-policy recurrent algorithm learns
+    from; without them its collectors would write transitions its loss cannot read.
+    """
+    replay, collector = config.replay, config.collector
+    recurrent = config.learner.recurrent != "none"
+    takes = not algo.on_policy and algo.recurrent
+    if takes and recurrent and not replay.sequences:
+        raise AlgorithmConfigError(
+            f"replay.sequence_length: {algo.name} with learner.recurrent learns from sequences "
+            "(>= 2), got 0"
+        )
+    if not replay.sequences:
+        return
+    if not (takes and recurrent):
+        raise AlgorithmConfigError(
+            "replay.sequence_length: sequences are for an off-policy algorithm with "
+            f"learner.recurrent (lstm or gru), got {replay.sequence_length} with algorithm "
+            f"{algo.name} and learner.recurrent={config.learner.recurrent!r}"
+        )
+    refused = [
+        (replay.frame_stack, "replay.frame_stack", "frames are stored in the sequences"),
+        (collector.action_mask_key, "collector.action_mask_key", "sequences carry no masks"),
+        (config.grpc.enabled, "grpc.enabled", "the external plane writes transitions"),
+        (replay.sampler == "fifo", "replay.sampler", "sequences are sampled off-policy"),
+    ]
+    for bad, field, why in refused:
+        if bad:
+            raise AlgorithmConfigError(
+                f"{field}: not with replay.sequence_length ({why}); got {bad!r}"
+            )
 
 
 def _check_async(config, algo) -> None:
@@ -220,6 +256,11 @@ def check_spaces(config, obs_space: gym.Space, action_space: gym.Space) -> None:
             return multiagent.check_spaces(config, obs_space, action_space)
         except multiagent.MultiAgentConfigError as err:
             raise AlgorithmConfigError(str(err)) from None
+    if config.replay.sequences and not isinstance(obs_space, gym.spaces.Box):
+        raise AlgorithmConfigError(
+            f"replay.sequence_length: sequences store array observations (a Box); "
+            f"{config.collector.env_id} has {obs_space}"
+        )
     if factorised_actions(config, obs_space, action_space):  # MultiDiscrete, MultiBinary
         return
     discrete = isinstance(action_space, gym.spaces.Discrete)
