@@ -11,6 +11,10 @@ from collector.networks.recurrent import RecurrentQSpec
 from collector.sequences import SequenceWorker
 from learner.losses.r2d2 import R2D2Loss, mixed_priority, rescale, unrescale
 from replay.config import ReplayConfig
+from replay.persist.checkpoint import dump_table, load_table
+from replay.persist.items import take_items
+from replay.persist.reshard import reshard_tables
+from replay.table import ReplayTable
 from services.config import load_config
 from services.config.sections import ConfigError
 from tests.conftest import ROOT
@@ -242,3 +246,52 @@ def test_replay_refuses_nonsense_sequence_options(fields, named):
 def test_sequence_runs_refuse_what_cannot_train_naming_the_field(config, overrides, named):
     with pytest.raises(ConfigError, match=named):
         load_config(ROOT / "deploy" / "configs" / config, overrides)
+
+
+def sequence_tables(num_tables=2):
+    """Prioritized tables holding a collector's sequences, with R2D2-like priorities set."""
+    torch.manual_seed(5)
+    spec = q_spec()
+    policy = spec.make_policy(spec.build(), np.random.SeedSequence(5))
+    worker = SequenceWorker(
+        gym.vector.SyncVectorEnv([CounterEnv, CounterEnv]), policy, [7, 8], length=6, overlap=2
+    )
+    tables = [ReplayTable(64, sampler="prioritized", seed=i, alpha=0.9) for i in range(num_tables)]
+    for seq in range(4):
+        items = worker.rollout(20, 0.3, policy_version=seq).transitions
+        tables[seq % num_tables].write(items, f"collector-{seq % num_tables}", seq)
+    for i, table in enumerate(tables):
+        drawn = table.sample(8)
+        priorities = np.arange(1, 9, dtype=np.float64) * (i + 1)
+        table.update_priorities(drawn["index"], drawn["insertion_id"], priorities)
+    return tables
+
+
+def item_rows(tables):
+    rows = set()
+    for table in tables:
+        items = take_items(table)
+        for i in range(len(items.insertion_id)):
+            state = items.columns["recurrent_state"][i].tobytes()
+            rows.add((items.columns["observation"][i].tobytes(), state, float(items.mass[i])))
+    return rows
+
+
+def test_sequence_items_survive_a_replay_checkpoint_and_draw_the_same_samples(tmp_path):
+    [table] = sequence_tables(1)
+    dump_table(table, tmp_path / "replay-0")
+    restored = load_table(tmp_path / "replay-0")
+    assert item_rows([restored]) == item_rows([table]) and len(restored) == len(table) > 8
+    a, b = table.sample(16, beta=0.6), restored.sample(16, beta=0.6)
+    for key in ("observation", "valid", "recurrent_state", "burn_in", "index", "weight"):
+        np.testing.assert_array_equal(a[key], b[key])
+    assert a["observation"].shape[1:] == (7, 2) and a["recurrent_state"].shape[1:] == (12,)
+
+
+def test_sequence_items_reshard_with_their_states_and_priorities():
+    old = sequence_tables(2)
+    new = reshard_tables(old, 3, capacity_per_shard=64, seeds=[0, 1, 2])
+    assert item_rows(new) == item_rows(old)  # every sequence once, its state and mass intact
+    assert sum(len(t) for t in new) == sum(len(t) for t in old)
+    batch = new[2].sample(4)
+    assert batch["valid"].shape == (4, 6) and batch["observation"].shape == (4, 7, 2)
