@@ -1,5 +1,4 @@
-"""The Collector Ray actor: a thin shell over :class:`collector.rollout.RolloutWorker` (or
-``collector.sequences``, ``collector.chunks``, ``collector.onpolicy``'s workers).
+"""The Collector Ray actor: a thin shell over a pure worker (``collector.rollout`` and kin).
 
 Its jobs live in plain modules: the weights in use and their ``(generation, version)`` in
 :mod:`collector.weights`, the writer id, sequence numbers and the acknowledgement with failover

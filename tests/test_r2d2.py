@@ -158,7 +158,7 @@ def test_priority_and_one_step_targets_match_a_hand_computation():
             y = batch["reward"][row, t] + 0.9 * (not done) * q_target[row, t + 1, best]
             deltas.append(abs(float(y - q[row, t, batch["action"][row, t]])))
         priorities.append(0.9 * max(deltas) + 0.1 * sum(deltas) / len(deltas))
-    np.testing.assert_allclose(out["priority"].numpy(), priorities, rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(out["td_error"].numpy(), priorities, rtol=1e-4, atol=1e-6)
 
 
 def test_n_step_targets_stop_at_the_episode_end():
@@ -207,7 +207,7 @@ def test_the_loss_on_a_padded_sequence_equals_the_unpadded_one():
         out = loss(batch)
         out["loss_q"].backward()
         grads.append([p.grad.clone() for p in network.parameters()])
-        grads.append(out["priority"])
+        grads.append(out["td_error"])
         grads.append(out["loss_q"].detach())
     for a, b in zip(grads[: len(grads) // 2], grads[len(grads) // 2 :], strict=True):
         if isinstance(a, list):

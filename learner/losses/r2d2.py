@@ -105,11 +105,11 @@ class R2D2Loss(nn.Module):
         return unrescale(x, self.eps) if self.value_rescaling else x
 
     def forward(self, batch: TensorDict) -> TensorDict:
-        """Returns ``loss_q``, ``q_mean``, ``td_error`` (the items' mixed priorities, also as
-        ``priority``)."""
+        """Returns ``loss_q``, ``q_mean`` and the items' mixed priorities (``td_error``)."""
         obs, valid = batch["observation"], batch["valid"].to(torch.bool)
         state = batch["recurrent_state"]
-        burn_in = int(batch["burn_in"].reshape(-1)[0]) if "burn_in" in batch.keys() else 0
+        stored_burn_in = batch.get("burn_in", None)  # every item of a run has the same
+        burn_in = 0 if stored_burn_in is None else int(stored_burn_in.reshape(-1)[0])
         # o_0 is real; o_{t+1} exists where step t is real (o_E is the bootstrap state).
         obs_valid = torch.cat([torch.ones_like(valid[:, :1]), valid], dim=1)
         online_state, target_state = state, state
@@ -144,7 +144,6 @@ class R2D2Loss(nn.Module):
                 "loss_q": per_item.mean(),
                 "q_mean": q_mean,
                 "td_error": priority,
-                "priority": priority,
             },
             batch_size=[],
         )
