@@ -42,6 +42,7 @@ STARTED_ELSEWHERE = {
     "spread_iql.yaml": "test_marl_run.py",
     "spread_qmix.yaml": "test_marl_run.py",
     "spread_vdn.yaml": "test_marl_run.py",
+    "statelesscartpole_r2d2.yaml": "test_r2d2_run.py",
 }
 # Built in process only (a start adds nothing the others do not): the external-actor config
 # (no collectors; the gRPC run tests drive one), the multi-node and GPU configs (16 collectors,
@@ -56,6 +57,7 @@ BUILT_ONLY = {
     "pong_dqn_gpu.yaml",
     "pong_ppo_gpu.yaml",
     "pong_appo_gpu.yaml",
+    "pong_r2d2_gpu.yaml",
     "pong_dqn_small.yaml",
     "cartpole_dqn_ws2.yaml",
     "lunarlander_ppo.yaml",
