@@ -15,6 +15,7 @@ from replay.persist.checkpoint import dump_table, load_table
 from replay.persist.items import take_items
 from replay.persist.reshard import reshard_tables
 from replay.table import ReplayTable
+from services.checkpoints.resume import check_compatible
 from services.config import load_config
 from services.config.sections import ConfigError
 from tests.conftest import ROOT
@@ -295,3 +296,35 @@ def test_sequence_items_reshard_with_their_states_and_priorities():
     assert sum(len(t) for t in new) == sum(len(t) for t in old)
     batch = new[2].sample(4)
     assert batch["valid"].shape == (4, 6) and batch["observation"].shape == (4, 7, 2)
+
+
+def test_collector_state_survives_a_weights_update_and_a_reset_starts_fresh():
+    torch.manual_seed(6)
+    spec = q_spec()
+    network = spec.build()
+    policy = spec.make_policy(network, np.random.SeedSequence(6))
+    worker = SequenceWorker(
+        gym.vector.SyncVectorEnv([CounterEnv, CounterEnv]), policy, [3, 4], length=50
+    )
+    worker.rollout(2, 0.0, policy_version=0)  # both envs mid-episode (episodes last >= 3)
+    before, cursor = worker.state.copy(), worker.cursor.copy()
+    assert np.abs(before).sum(-1).min() > 0
+    with torch.no_grad():  # new weights applied in place, as collectors apply them
+        for parameter in network.parameters():
+            parameter.add_(0.5)
+    worker.rollout(1, 0.0, policy_version=1)
+    # The step after the update acted from the state the old weights left: nothing was reset.
+    np.testing.assert_array_equal(worker.buffers["state"][[0, 1], cursor], before)
+    worker.reset([9, 10])  # a resumed collector: fresh episodes, fresh states, no open sequence
+    assert not worker.state.any() and not worker.cursor.any()
+
+
+def test_a_resume_with_other_sequences_is_refused_naming_the_field():
+    config = load_config(ROOT / "deploy" / "configs" / "statelesscartpole_r2d2.yaml")
+    saved = config.to_dict()
+    other = load_config(
+        ROOT / "deploy" / "configs" / "statelesscartpole_r2d2.yaml", ["replay.sequence_length=30"]
+    )
+    check_compatible(saved, config)
+    with pytest.raises(ConfigError, match="^replay.sequence_length: the checkpoint"):
+        check_compatible(saved, other)
