@@ -18,6 +18,7 @@ from replay.table import ReplayTable
 from services.checkpoints.resume import check_compatible
 from services.config import load_config
 from services.config.sections import ConfigError
+from services.config.spec import model_spec_for
 from tests.conftest import ROOT
 
 
@@ -242,11 +243,17 @@ def test_replay_refuses_nonsense_sequence_options(fields, named):
                                          "replay.sequence_overlap=0"], "replay.sequence_length"),
         ("statelesscartpole_r2d2.yaml", ["collector.n_step=3"], "collector.n_step"),
         ("statelesscartpole_r2d2.yaml", ["replay.frame_stack=4"], "replay.frame_stack"),
+        ("statelesscartpole_r2d2.yaml", ["grpc.port=0"], "grpc.port"),
+        ("statelesscartpole_r2d2.yaml", ["collector.action_mask_key=mask"],
+         "collector.action_mask_key"),
+        ("statelesscartpole_r2d2.yaml", ["collector.env_id=collector.envs.testing:corridor"],
+         "replay.sequence_length"),
     ],
 )  # fmt: skip
 def test_sequence_runs_refuse_what_cannot_train_naming_the_field(config, overrides, named):
-    with pytest.raises(ConfigError, match=named):
-        load_config(ROOT / "deploy" / "configs" / config, overrides)
+    with pytest.raises(ConfigError, match=f"^{named}:"):
+        config = load_config(ROOT / "deploy" / "configs" / config, overrides)
+        model_spec_for(config)  # the checks that need the env's spaces
 
 
 def sequence_tables(num_tables=2):
