@@ -55,7 +55,7 @@ from collector.envs.vector import EnvError, env_seeds, make_vector_env
 from collector.onpolicy import OnPolicyTransform, OnPolicyWorker
 from collector.receipts import RolloutReceipt
 from collector.rollout import RolloutWorker
-from collector.sequences import SequenceLayout, SequenceWorker
+from collector.sequence_worker import SequenceLayout, SequenceWorker
 from collector.weights import PolicyWeights
 from replay.client import ReplayClient
 
@@ -110,7 +110,7 @@ class Collector:
             (``replay.frames``; 0: stacked observations as they are).
         action_mask_key: Where the env reports action masks, an observation key or an ``info``
             key (``collector.action_mask_key``, ``collector.envs.masks``); None: no masks.
-        sequences: Write sequences, not n-step transitions (``collector.sequences``).
+        sequences: Write sequences, not n-step transitions (``collector.sequence_worker``).
         generation: The run's learner generation when this collector starts: 0 for a run's
             first collectors; a collector added to a running run, or started by a run resumed
             at another size, seeds its envs, exploration and torch from it too, so no two

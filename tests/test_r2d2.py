@@ -8,7 +8,7 @@ from tensordict import TensorDict
 
 from collector.envs.spaces import describe
 from collector.networks.recurrent import RecurrentQSpec
-from collector.sequences import SequenceWorker
+from collector.sequence_worker import SequenceWorker
 from learner.losses.r2d2 import R2D2Loss, mixed_priority, rescale, unrescale
 from replay.config import ReplayConfig
 from replay.persist.checkpoint import dump_table, load_table

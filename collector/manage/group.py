@@ -69,7 +69,8 @@ class CollectorGroup:
         aggregate: Send rollouts through one hub per node (started by :meth:`wait_ready`).
         generation: The run's learner generation (seeds of collectors started by a run resumed
             at another size; see ``collector.actor.Collector``).
-        sequences: Write sequences (``collector.sequences.SequenceLayout``); None: transitions.
+        sequences: Write sequences (``collector.sequence_worker.SequenceLayout``); None:
+            transitions.
 
     Examples:
         >>> group = CollectorGroup("run", 2, "CartPole-v1", 8, spec, shards, 0)  # doctest: +SKIP

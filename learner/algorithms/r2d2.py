@@ -5,7 +5,7 @@ Kapturowski et al., "Recurrent Experience Replay in Distributed Reinforcement Le
 over stored sequences, burn-in, value rescaling); the network is the recurrent Q-network
 (``learner.recurrent``, ``collector.networks.recurrent.RecurrentQ``) over the MLP or the Atari
 CNN torso; collectors keep one state per env and write overlapping sequences
-(``replay.sequence_length``, ``sequence_overlap``, ``burn_in``; ``collector.sequences``) into
+(``replay.sequence_length``, ``sequence_overlap``, ``burn_in``; ``collector.sequence_worker``) into
 prioritized replay, each with the state before its first step; the learner sends R2D2's mixed
 sequence priority back. Ape-X's per-collector epsilons: ``collector.epsilon_schedule: apex``.
 Its options are ``learner.r2d2`` (:class:`R2D2Options`).

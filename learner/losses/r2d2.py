@@ -1,6 +1,6 @@
 """R2D2: recurrent double DQN over stored sequences (Kapturowski et al., ICLR 2019).
 
-A batch holds sequences (``collector.sequences``): observations ``o_0 .. o_L``, actions,
+A batch holds sequences (``collector.sequence_worker``): observations ``o_0 .. o_L``, actions,
 rewards, ``terminated``, ``valid [B, L]`` (False on padding), the stored state ``s`` before
 step 0 and the burn-in length ``b``. With ``Q`` the online and ``Q'`` the target network::
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from collector.manage.group import CollectorGroup
-from collector.sequences import SequenceLayout
+from collector.sequence_worker import SequenceLayout
 from learner.ranks.group import LearnerGroup
 from services.config import RunConfig
 from services.config.recipes import Algorithm
