@@ -327,9 +327,8 @@ class Policy:
         """Sampled actions (the run's collector policy) and, if recurrent, the next state."""
         if self._sampler is None:
             self._sampler = self.collector_policy(np.random.SeedSequence([self.seed, 0x5A3B]))
-        if isinstance(batch, dict):  # a structured observation's arrays
-            array = batch
-        else:
+        array: Any = batch  # a structured observation's arrays as they are
+        if not isinstance(batch, dict):
             array = batch.cpu().numpy() if isinstance(batch, torch.Tensor) else np.asarray(batch)
             dtype = np.uint8 if self.dtype == torch.uint8 else np.float32
             array = np.ascontiguousarray(array, dtype=dtype)
