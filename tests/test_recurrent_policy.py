@@ -141,6 +141,8 @@ def test_evaluate_carries_the_state_and_resets_it_at_every_episode_start(
     seeds = evaluation_seeds(5, 2)  # env i plays episodes i, i + 2 (two each)
     alone = [n for seed in seeds for n in _episode_lengths_one_by_one(policy, seed, 2)]
     assert sorted(result["lengths"]) == sorted(alone)
+    sampled = evaluate_policy(policy, episodes=2, num_envs=2, deterministic=False)  # the sampler
+    assert sampled["episodes"] == 2
     # what run_episodes hands the policy: zeros exactly at each episode's first step
     envs = make_evaluation_envs(policy.spec, policy.config.collector.env_id, 1)
     probe = RecordedStates(policy)
