@@ -50,7 +50,8 @@ STARTED_ELSEWHERE = {
 # starts in test_atari_run; the learn bench runs it), CartPole DQN with two ranks
 # (test_learner_group runs two), and the pairings of an env and a loop that start elsewhere
 # (LunarLander: DQN here, PPO by the learn bench; Hopper: SAC here, Gaussian PPO on MountainCar
-# here; MiniGrid: PPO on a Dict observation starts in test_spaces_run, the learn bench runs it).
+# here; MiniGrid: PPO on a Dict observation starts in test_spaces_run, the learn bench runs it;
+# POPGym: recurrent PPO starts on StatelessCartPole, the learn bench runs RepeatPrevious).
 BUILT_ONLY = {
     "cartpole_dqn_external.yaml",
     "multinode_dqn.yaml",
@@ -64,6 +65,7 @@ BUILT_ONLY = {
     "lunarlander_appo.yaml",
     "hopper_ppo.yaml",
     "minigrid_doorkey_ppo.yaml",
+    "repeatprevious_ppo_gru.yaml",
 }
 START_HERE = [n for n in SHIPPED if n not in STARTED_ELSEWHERE and n not in BUILT_ONLY]
 
