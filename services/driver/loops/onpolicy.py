@@ -6,7 +6,8 @@ One iteration:
    transitions, or one complete episode per env for REINFORCE) into the FIFO tables;
 2. the learners run one round of ``num_epochs x num_minibatches`` optimizer steps on exactly
    that batch (each rank takes ``batch / world_size`` items and trains every epoch on a fresh
-   shuffle of them), and rank 0 publishes;
+   shuffle of them; a recurrent policy's items are whole sequences, ``collector.sequences``),
+   and rank 0 publishes;
 3. the tables are cleared, and the next iteration collects with the new version.
 
 The learners report the largest ``version - policy_version`` of the items they trained on; it
@@ -26,6 +27,7 @@ from typing import TYPE_CHECKING
 
 from learner.ranks.sampling import EpochPlan
 from learner.receipts import ProtocolError
+from services.config.recipes import algorithm_for
 
 if TYPE_CHECKING:
     from services.driver.views import LoopView
@@ -63,7 +65,9 @@ class OnPolicyLoop:
 
     def _plan(self, transitions: int) -> EpochPlan:
         options = self.config.learner.onpolicy
-        items = transitions // self.config.learner.world_size
+        # A recurrent policy's items are sequences of a fixed length (collector.sequences).
+        length = algorithm_for(self.config).sequence_length(self.config) or 1
+        items = transitions // length // self.config.learner.world_size
         return EpochPlan(items, options.num_epochs, options.num_minibatches)
 
     def _learn(self, transitions: int) -> bool:
