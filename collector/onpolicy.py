@@ -130,9 +130,9 @@ class OnPolicyWorker(CountsEpisodes):
         self._targets(steps)
         counted = int(valid.sum())
         if self.recurrent:
-            states = steps.pop(STATE_COLUMN)
+            starts = steps.pop(STATE_COLUMN)
             length = self.transform.sequence_length or len(valid)
-            transitions = to_sequences(steps, states, valid, length)
+            transitions = to_sequences(steps, starts, valid, length)
             items = len(transitions[STATE_COLUMN])
             transitions["policy_version"] = np.full(items, policy_version, np.int64)
             batch = RolloutBatch(transitions, returns, lengths, counted=counted)
@@ -160,6 +160,8 @@ class OnPolicyWorker(CountsEpisodes):
         recurrent = self.recurrent
         if recurrent:
             state, starting = self.state, self.starting
+            length = self.transform.sequence_length or MAX_EPISODE_STEPS
+            starts: list[np.ndarray] = []  # the state before each sequence's first step
         kwargs: dict = {}
         t = 0
         with torch.inference_mode():
@@ -168,8 +170,11 @@ class OnPolicyWorker(CountsEpisodes):
                     kwargs["mask"] = mask
                 row: dict = {"observation": copied(obs)}
                 if recurrent:  # zero the state where an episode starts (autoreset included)
-                    state = np.where(starting[:, None], np.float32(0.0), state)
-                    row |= {STATE_COLUMN: state, RESET_COLUMN: starting}
+                    if starting.any():
+                        state = np.where(starting[:, None], np.float32(0.0), state)
+                    if t % length == 0:  # a stored sequence starts here
+                        starts.append(state)
+                    row[RESET_COLUMN] = starting
                     actions, extras, next_state = act(obs, explore, state=state, **kwargs)
                 else:
                     actions, extras = act(obs, explore, **kwargs)
@@ -210,6 +215,8 @@ class OnPolicyWorker(CountsEpisodes):
         steps |= {k: np.stack(v) for k, v in rows.items()}
         steps["reward"] = steps["reward"].astype(np.float32)
         steps["valid"] = np.stack(valid_rows)
+        if recurrent:
+            steps[STATE_COLUMN] = np.stack(starts)
         bootstrap = np.zeros(steps["reward"].shape, dtype=np.float32)
         needs_values = not whole or self.transform.baseline
         if finals and needs_values:

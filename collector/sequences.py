@@ -19,9 +19,9 @@ episodes, REINFORCE) are padded: a sequence whose steps are all padding is not s
 
 Examples:
     >>> steps = {"reward": np.arange(8, dtype=np.float32).reshape(4, 2)}  # [T=4, n=2]
-    >>> states = np.zeros((4, 2, 3), np.float32)
+    >>> starts = np.zeros((2, 2, 3), np.float32)  # the states before steps 0 and 2
     >>> valid = np.ones((4, 2), bool)
-    >>> items = to_sequences(steps, states, valid, length=2)
+    >>> items = to_sequences(steps, starts, valid, length=2)
     >>> items["reward"].tolist()  # env 0's steps 0-1 and 2-3, then env 1's
     [[0.0, 2.0], [4.0, 6.0], [1.0, 3.0], [5.0, 7.0]]
     >>> items["recurrent_state"].shape, items["valid"].shape
@@ -39,13 +39,13 @@ __all__ = ["RESET_COLUMN", "STATE_COLUMN", "to_sequences"]
 
 
 def to_sequences(
-    steps: dict[str, np.ndarray], states: np.ndarray, valid: np.ndarray, length: int
+    steps: dict[str, np.ndarray], starts: np.ndarray, valid: np.ndarray, length: int
 ) -> dict[str, np.ndarray]:
     """Cuts time-major rollout columns into per-env sequences of ``length`` steps.
 
     Args:
         steps: Columns ``[T, n, ...]``.
-        states: ``[T, n, S]``: the state before each step.
+        starts: ``[ceil(T / length), n, S]``: the state before steps ``0, length, 2 length..``.
         valid: Bool ``[T, n]``: False where a step is not a transition (padding).
         length: Steps per sequence; ``T`` is padded up to a multiple of it (``valid`` False).
 
@@ -65,7 +65,7 @@ def to_sequences(
             value = np.concatenate([value, padding])
         value = np.swapaxes(value, 0, 1)  # [n, T', ...]
         out[key] = value.reshape(num_envs * pieces, length, *value.shape[2:])
-    first = np.swapaxes(states, 0, 1)[:, ::length]  # [n, pieces, S]
+    first = np.swapaxes(starts, 0, 1)  # [n, pieces, S]
     out[STATE_COLUMN] = np.ascontiguousarray(first.reshape(num_envs * pieces, -1))
     kept = out["valid"].any(axis=1)
     if not kept.all():

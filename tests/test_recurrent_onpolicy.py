@@ -176,7 +176,7 @@ def test_a_padded_batch_gives_the_loss_and_gradients_of_its_sequences_unpadded(l
 def test_to_sequences_pads_ragged_rows_and_drops_empty_sequences():
     valid = np.array([[1, 1], [1, 1], [1, 0], [0, 0], [0, 0]], bool)  # [T=5, n=2]
     reward = np.arange(10, dtype=np.float32).reshape(5, 2)
-    states = np.arange(10, dtype=np.float32).reshape(5, 2, 1)
+    states = np.arange(10, dtype=np.float32).reshape(5, 2, 1)[::2]  # before steps 0, 2, 4
     items = to_sequences({"reward": reward}, states, valid, length=2)
     # env 0: steps 0-1, 2-3 (3 padding), 4-5 dropped (all padding); env 1: steps 0-1 only
     assert items["valid"].tolist() == [[True, True], [True, False], [True, True]]
