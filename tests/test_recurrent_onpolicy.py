@@ -64,8 +64,9 @@ def test_the_state_is_zero_exactly_where_an_episode_starts():
         if items is first:
             starts.reshape(3, 40)[:, 0] = True  # after reset()
         else:  # an episode ended on the previous rollout's last step
-            starts.reshape(3, 40)[:, 0] = first["terminated"][:, 0].reshape(3, 40)[:, -1] | (
-                first["truncated"][:, 0].reshape(3, 40)[:, -1]
+            starts.reshape(3, 40)[:, 0] = (
+                first["terminated"][:, 0].reshape(3, 40)[:, -1]
+                | (first["truncated"][:, 0].reshape(3, 40)[:, -1])
             )
         np.testing.assert_array_equal(reset, starts)
         assert reset[1:].any() and not reset.all()
@@ -189,7 +190,9 @@ def test_a_truncation_bootstraps_from_the_final_observation_under_the_state_befo
     items = worker.rollout(num_steps=6, explore={}, policy_version=0).transitions
     assert items["truncated"][0].tolist() == [False, False, False, True, False, False]
     assert items["reset"][0].tolist() == [True, False, False, False, True, False]
-    env = gym.make("relayrl/StatelessCartPole-v1", max_episode_steps=4)  # the same episode again, for its final state
+    env = gym.make(
+        "relayrl/StatelessCartPole-v1", max_episode_steps=4
+    )  # the same episode again, for its final state
     env.reset(seed=0)
     for action in items["action"][0, :4]:
         final, *_ = env.step(int(action))

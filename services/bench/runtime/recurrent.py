@@ -116,9 +116,7 @@ def measure(*, config_path: str, rounds: int, seconds: float, overrides: list[st
 
 def main(argv: list[str] | None = None) -> int:
     """Runs the benchmark; prints a JSON line last."""
-    parser = argparse.ArgumentParser(
-        prog="python -m services.bench recurrent", description=__doc__
-    )
+    parser = argparse.ArgumentParser(prog="python -m services.bench recurrent", description=__doc__)
     parser.add_argument("--config", default=CONFIG, help="a recurrent on-policy run config")
     parser.add_argument("--rounds", type=int, default=6, help="alternations of the two paths")
     parser.add_argument("--seconds", type=float, default=3.0, help="per path and round")
