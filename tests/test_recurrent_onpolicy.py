@@ -95,7 +95,7 @@ def test_a_reset_restarts_every_env_with_fresh_state():
 
 
 def test_the_rollouts_last_value_bootstraps_from_the_current_state():
-    worker, network, _ = make_worker(length=0)
+    worker, _, _ = make_worker(length=0)
     items = worker.rollout(num_steps=6, explore={}, policy_version=0).transitions
     gamma, last = 0.99, worker.policy.value(worker.obs, worker.state * ~worker.starting[:, None])
     open_ = ~(items["terminated"][:, -1] | items["truncated"][:, -1])
@@ -166,7 +166,7 @@ def test_a_padded_batch_gives_the_loss_and_gradients_of_its_sequences_unpadded(l
         grads = [p.grad.clone() for p in network.parameters() if p.grad is not None]
         results.append((losses, grads))
     (padded_losses, padded_grads), (flat_losses, flat_grads) = results
-    for key in padded_losses.keys():
+    for key in padded_losses.keys():  # noqa: SIM118 (a TensorDict)
         torch.testing.assert_close(padded_losses[key], flat_losses[key], atol=1e-6, rtol=1e-5)
     assert len(padded_grads) == len(flat_grads) > 0
     for a, b in zip(padded_grads, flat_grads, strict=True):

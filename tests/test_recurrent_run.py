@@ -59,7 +59,7 @@ def runs(ray_cluster, tmp_path_factory):
 
 
 def test_recurrent_ppo_learns_what_the_feed_forward_policy_cannot(runs):
-    (lstm, lstm_returns), (mlp, mlp_returns) = runs["lstm"], runs["none"]
+    (_, lstm_returns), (_, mlp_returns) = runs["lstm"], runs["none"]
     late_lstm, late_mlp = np.mean(lstm_returns[-200:]), np.mean(mlp_returns[-200:])
     assert late_lstm > 0.8  # recalls the cue (at most 1)
     assert abs(late_mlp) < 0.3  # guesses (expected 0)

@@ -205,6 +205,7 @@ REGISTERED = (
         featured={
             "help_on_policy": "cartpole_ppo.yaml",
             "bench_startup": "cartpole_ppo.yaml",
+            "bench_recurrent": "statelesscartpole_ppo_lstm.yaml",
             "bench_tune": "lunarlander_ppo.yaml",
         },
     ),

@@ -169,8 +169,8 @@ class Algorithm:
             (``determinism``: ``services.bench determinism`` runs every algorithm that has it).
         featured: Shipped configs that commands and benches feature, by role: ``help`` and
             ``help_on_policy`` (the examples help texts show), ``bench_elastic``,
-            ``bench_startup`` and ``bench_tune`` (the configs those benches run); each role
-            belongs to one registration.
+            ``bench_startup``, ``bench_tune`` and ``bench_recurrent`` (the configs those benches
+            run); each role belongs to one registration.
         modules: Modules that belong to it beyond its registration and its loss module (e.g. a
             mixer); they may name it.
         default: The algorithm a config without ``algorithm`` runs (exactly one has it).

@@ -51,16 +51,14 @@ def evaluate_steps(
         ``(log_prob, entropy, value, steps)``, each ``[N]`` over the batch's ``N`` real steps;
         ``steps`` holds the batch's per-step columns (the batch itself for steps).
     """
-    if STATE_COLUMN not in batch.keys():
+    if batch.get(STATE_COLUMN, None) is None:
         return (*evaluate_actions(network, batch), batch)
     valid = batch["valid"].to(torch.bool)
-    out, value, _ = network(
-        batch["observation"], batch[STATE_COLUMN], batch[RESET_COLUMN], valid
-    )
+    out, value, _ = network(batch["observation"], batch[STATE_COLUMN], batch[RESET_COLUMN], valid)
     columns = {
-        key: batch[key][valid]
-        for key in batch.keys()
-        if key not in ("observation", STATE_COLUMN) and batch[key].shape[:2] == valid.shape
+        key: value[valid]
+        for key, value in batch.items()
+        if key not in ("observation", STATE_COLUMN) and value.shape[:2] == valid.shape
     }
     steps = TensorDict(columns, batch_size=[int(valid.sum())], device=batch.device)
     out = masked_logits(out[valid], steps.get("action_mask", None))

@@ -1,7 +1,8 @@
 """``python -m services.bench recurrent``: what a recurrent policy costs collection, per frame.
 
-The same env and collectors (a shipped on-policy config, by default
-``deploy/configs/statelesscartpole_ppo_lstm.yaml``) are collected two ways, alternating in one
+The same env and collectors (a shipped recurrent on-policy config, by default the one a
+registration features as ``bench_recurrent``: recurrent PPO on the velocity-masked CartPole)
+are collected two ways, alternating in one
 process so both see the same machine load:
 
 * ``recurrent``: the config as shipped (``learner.recurrent``): the policy steps its LSTM or
@@ -29,12 +30,13 @@ import torch
 
 from collector.envs.vector import env_seeds, make_vector_env
 from collector.onpolicy import OnPolicyWorker
+from learner.algorithms import featured_config
 from replay.table import ReplayTable
 from services.config import load_config
 from services.config.recipes import algorithm_for
 from services.config.spec import model_spec_for
 
-CONFIG = "deploy/configs/statelesscartpole_ppo_lstm.yaml"
+CONFIG = f"deploy/configs/{featured_config('bench_recurrent')}"
 KINDS = ("recurrent", "mlp")
 
 
