@@ -204,3 +204,38 @@ def test_a_truncation_bootstraps_from_the_final_observation_under_the_state_befo
     assert items["advantage"][0, 3] == pytest.approx(expected, abs=1e-5)
     fresh = worker.policy.value(final[None].astype(np.float32), np.zeros_like(before_reset))
     assert abs(fresh[0] - bootstrap[0]) > 1e-4  # a zeroed state would bootstrap differently
+
+
+@pytest.mark.parametrize(
+    ("config_name", "kind"), [("cartpole_ppo.yaml", "lstm"), ("cartpole_a2c.yaml", "gru")]
+)
+def test_a_lockstep_registration_trains_on_the_sequences_its_collectors_store(config_name, kind):
+    from learner.core import LearnerCore
+    from services.config import load_config
+    from services.config.recipes import algorithm_for
+    from services.config.spec import model_spec_for
+    from tests.conftest import ROOT
+
+    config = load_config(
+        ROOT / "deploy" / "configs" / config_name,
+        [f"collector.env_id={ENV}", f"learner.recurrent={kind}", "metrics.enabled=false"],
+    )
+    spec = model_spec_for(config)
+    transform = algorithm_for(config).collector_transform(config)
+    steps = config.collector.rollout_frames // config.collector.envs_per_collector
+    assert transform.sequence_length == steps  # bptt_length 0: each env's whole rollout
+    envs = make_vector_env(ENV, config.collector.envs_per_collector, autoreset="same_step")
+    torch.manual_seed(0)
+    core = LearnerCore(spec, config.learner)
+    policy = spec.make_policy(spec.build(), np.random.SeedSequence(0))
+    policy.view.network.load_state_dict(core.policy_network.state_dict())
+    worker = OnPolicyWorker(envs, policy, list(range(envs.num_envs)), transform)
+    items = worker.rollout(steps, {}, policy_version=0).transitions
+    assert items["observation"].shape[:2] == (envs.num_envs, steps)
+    before = [p.detach().clone() for p in core.policy_network.parameters()]
+    metrics = core.train([core.to_batch(items)])
+    assert all(np.isfinite(float(v)) for v in metrics.values())
+    if "approx_kl" in metrics:  # the first step's policy is the one that acted
+        assert abs(float(metrics["approx_kl"])) < 1e-6
+    changed = [not torch.equal(a, b) for a, b in zip(before, core.policy_network.parameters())]
+    assert all(changed)  # the core and every gate of the recurrent layer learned
