@@ -237,5 +237,7 @@ def test_a_lockstep_registration_trains_on_the_sequences_its_collectors_store(co
     assert all(np.isfinite(float(v)) for v in metrics.values())
     if "approx_kl" in metrics:  # the first step's policy is the one that acted
         assert abs(float(metrics["approx_kl"])) < 1e-6
-    changed = [not torch.equal(a, b) for a, b in zip(before, core.policy_network.parameters())]
+    changed = [
+        not torch.equal(a, b) for a, b in zip(before, core.policy_network.parameters(), strict=True)
+    ]
     assert all(changed)  # the core and every gate of the recurrent layer learned
