@@ -241,3 +241,36 @@ def test_a_lockstep_registration_trains_on_the_sequences_its_collectors_store(co
         not torch.equal(a, b) for a, b in zip(before, core.policy_network.parameters(), strict=True)
     ]
     assert all(changed)  # the core and every gate of the recurrent layer learned
+
+
+@pytest.mark.parametrize("config_name", ["cartpole_impala.yaml", "cartpole_appo.yaml"])
+def test_chunks_of_a_recurrent_policy_replay_from_their_stored_state(config_name):
+    from collector.chunks import ChunkWorker
+    from learner.core import LearnerCore
+    from learner.losses.chunks import evaluate_chunks
+    from services.config import load_config
+    from services.config.spec import model_spec_for
+    from tests.conftest import ROOT
+
+    config = load_config(
+        ROOT / "deploy" / "configs" / config_name,
+        [f"collector.env_id={ENV}", "learner.recurrent=lstm", "metrics.enabled=false"],
+    )
+    spec = model_spec_for(config)
+    torch.manual_seed(0)
+    core = LearnerCore(spec, config.learner)
+    policy = spec.make_policy(spec.build(), np.random.SeedSequence(0))
+    policy.view.network.load_state_dict(core.policy_network.state_dict())
+    worker = ChunkWorker(make_vector_env(ENV, 4), policy, [0, 1, 2, 3])
+    for _ in range(3):  # episodes end inside chunks, states carry over from rollout to rollout
+        chunks = worker.rollout(num_steps=20, explore={}, policy_version=0).transitions
+        assert chunks["reset"].shape == (4, 21) and chunks["recurrent_state"].shape[0] == 4
+        # x_{t+1} starts an episode exactly when step t was an auto-reset step (valid False)
+        np.testing.assert_array_equal(chunks["reset"][:, 1:], ~chunks["valid"])
+        batch = core.to_batch(chunks)
+        with torch.no_grad():
+            log_prob, *_ = evaluate_chunks(core.policy_network, batch)
+        torch.testing.assert_close(log_prob, batch["log_prob"], atol=1e-5, rtol=0)
+    assert chunks["reset"][:, 1:].any() and (chunks["recurrent_state"] != 0).any()
+    metrics = core.train([batch])
+    assert all(np.isfinite(float(v)) for v in metrics.values())
