@@ -274,3 +274,43 @@ def test_chunks_of_a_recurrent_policy_replay_from_their_stored_state(config_name
     assert chunks["reset"][:, 1:].any() and (chunks["recurrent_state"] != 0).any()
     metrics = core.train([batch])
     assert all(np.isfinite(float(v)) for v in metrics.values())
+
+
+def test_reinforce_stores_each_episode_as_padded_sequences_and_trains_on_them():
+    from learner.core import LearnerCore
+    from services.config import load_config
+    from services.config.recipes import algorithm_for
+    from services.config.spec import model_spec_for
+    from tests.conftest import ROOT
+
+    config = load_config(
+        ROOT / "deploy" / "configs" / "cartpole_reinforce.yaml",
+        [
+            f"collector.env_id={ENV}",
+            "learner.recurrent=gru",
+            "learner.onpolicy.bptt_length=8",
+            "metrics.enabled=false",
+        ],
+    )
+    spec = model_spec_for(config)
+    transform = algorithm_for(config).collector_transform(config)
+    assert (transform.kind, transform.sequence_length) == ("episodes", 8)
+    torch.manual_seed(0)
+    core = LearnerCore(spec, config.learner)
+    policy = spec.make_policy(spec.build(), np.random.SeedSequence(0))
+    policy.view.network.load_state_dict(core.policy_network.state_dict())
+    worker = OnPolicyWorker(
+        make_vector_env(ENV, 4, autoreset="same_step"), policy, [0] * 4, transform
+    )
+    batch = worker.rollout(0, {}, policy_version=0, seeds=[1, 2, 3, 4])
+    items = batch.transitions
+    lengths = np.asarray(batch.episode_lengths)
+    assert len(items["valid"]) == int(np.ceil(lengths / 8).sum())  # no all-padding sequence
+    assert items["valid"].sum() == batch.frames == lengths.sum()
+    assert items["reset"][:, 0].sum() == 4  # each episode's first sequence starts from zeros
+    data = core.to_batch(items)
+    with torch.no_grad():
+        log_prob, _, _, steps = evaluate_steps(core.policy_network, data)
+    torch.testing.assert_close(log_prob, steps["log_prob"], atol=1e-5, rtol=0)
+    metrics = core.train([data])
+    assert all(np.isfinite(float(v)) for v in metrics.values())

@@ -114,3 +114,28 @@ def test_a_restored_collector_restarts_every_episode_with_fresh_state(ray_cluste
     finally:
         group.shutdown()
         ray.kill(shard, no_restart=True)
+
+
+def test_recurrent_reinforce_trains_on_every_sequence_of_its_episodes(ray_cluster, tmp_path):
+    overrides = [
+        "metrics.enabled=false",
+        "checkpoint.at_end=false",
+        f"checkpoint.dir={tmp_path}",
+        "collector.env_id=tests.memory_envs:cue",
+        "controller.total_frames=200",
+        "learner.recurrent=gru",
+        "learner.recurrent_hidden_size=16",
+        "learner.onpolicy.bptt_length=2",  # episodes of 5 steps: 3 sequences, 1 step padded
+    ]
+    config = load_config(ROOT / "deploy" / "configs" / "cartpole_reinforce.yaml", overrides)
+    controller = Controller(config)
+    rounds = []
+    controller.register("round", lambda c, r: rounds.append(r))
+    try:
+        summary = controller.run()
+    finally:
+        controller.shutdown()
+    # 4 envs x one 5-step episode per iteration: 20 frames, 12 sequences, one optimizer step
+    assert summary["frames"] == summary["transitions"] == 200
+    assert summary["iteration"] == len(rounds) == summary["optim_steps"] == 10
+    assert all(r.metrics["policy_lag_max"] == 0 for r in rounds)
