@@ -314,3 +314,24 @@ def test_reinforce_stores_each_episode_as_padded_sequences_and_trains_on_them():
     torch.testing.assert_close(log_prob, steps["log_prob"], atol=1e-5, rtol=0)
     metrics = core.train([data])
     assert all(np.isfinite(float(v)) for v in metrics.values())
+
+
+@pytest.mark.parametrize(
+    ("config_name", "overrides", "field"),
+    [
+        ("cartpole_ppo.yaml", ["learner.onpolicy.bptt_length=5"], "learner.onpolicy.bptt_length"),
+        ("cartpole_ppo.yaml", ["learner.onpolicy.num_minibatches=32"], "num_minibatches"),
+        ("cartpole_ppo_torchrl.yaml", [], "learner.loss"),
+    ],
+)
+def test_recurrent_configs_that_cannot_run_are_refused_naming_the_field(
+    config_name, overrides, field
+):
+    from services.config import load_config
+    from services.config.sections import ConfigError
+    from tests.conftest import ROOT
+
+    path = ROOT / "deploy" / "configs" / config_name
+    with pytest.raises(ConfigError, match=field):  # 32 steps per env: 5 does not divide them
+        load_config(path, ["learner.recurrent=lstm", *overrides])
+    load_config(path, overrides)  # the same without memory is fine
