@@ -46,6 +46,11 @@ def check(config) -> None:
             f"learner.recurrent: {algo.name} trains feed-forward networks only (recurrent: "
             f"{', '.join(takes) or 'none yet'}), got {learner.recurrent!r}"
         )
+    if learner.recurrent != "none" and learner.loss.startswith("torchrl:"):
+        raise AlgorithmConfigError(
+            f"learner.loss: {learner.loss} trains feed-forward networks; a recurrent policy "
+            f"(learner.recurrent={learner.recurrent!r}) trains with relayrl's {algo.loss!r} loss"
+        )
     if ":" not in learner.loss and learner.loss != algo.loss:
         raise AlgorithmConfigError(
             f"learner.loss: algorithm {algo.name} trains with {algo.loss!r} (or a "
@@ -104,10 +109,20 @@ def check(config) -> None:
         )
     if algo.transform == "episodes":
         return  # the batch is whatever complete episodes make
-    batch = collector.fleet_size * collector.rollout_frames
+    batch, items = collector.fleet_size * collector.rollout_frames, "transitions"
+    length = algo.sequence_length(config)
+    if length:  # a recurrent policy's sequences (collector.sequences)
+        steps = collector.rollout_frames // collector.envs_per_collector
+        if steps % length or collector.rollout_frames % collector.envs_per_collector:
+            raise AlgorithmConfigError(
+                f"learner.onpolicy.bptt_length: must divide the {steps} steps per env of a "
+                "rollout (collector.rollout_frames / collector.envs_per_collector, a whole "
+                f"number), got {options.bptt_length}"
+            )
+        batch, items = batch // length, f"sequences of {length} steps"
     if batch % options.num_minibatches:
         raise AlgorithmConfigError(
-            f"learner.onpolicy.num_minibatches: must divide the batch of {batch} transitions "
+            f"learner.onpolicy.num_minibatches: must divide the batch of {batch} {items} "
             f"(collector.num_collectors x collector.rollout_frames), got {options.num_minibatches}"
         )
     minibatch = batch // options.num_minibatches
