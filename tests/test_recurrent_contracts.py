@@ -7,8 +7,6 @@ only, until their registrations say so.
 
 from __future__ import annotations
 
-import dataclasses
-
 import gymnasium as gym
 import numpy as np
 import pytest
@@ -17,7 +15,6 @@ from torch import nn
 
 from collector.networks.contracts import probe
 from services.config import ConfigError, load_config
-from services.config.recipes import ALGORITHMS
 from services.config.spec import env_spaces, model_spec_for
 from services.policy import load_policy
 from services.policy.export import export_policy
@@ -29,12 +26,6 @@ STATELESS = "collector.env_id=relayrl:StatelessCartPole-v1"
 BOX, TWO = gym.spaces.Box(-1, 1, (2,), np.float32), gym.spaces.Discrete(2)
 
 
-@pytest.fixture
-def recurrent_algorithms(monkeypatch):
-    for name in ("ppo", "dqn"):
-        monkeypatch.setitem(ALGORITHMS, name, dataclasses.replace(ALGORITHMS[name], recurrent=True))
-
-
 def config_for(algorithm, factory, recurrent="gru"):
     overrides = [f"algorithm={algorithm}", STATELESS, f"learner.network={EXAMPLES}:{factory}"]
     overrides += ["learner.recurrent_hidden_size=8", "learner.hidden_sizes=[8]"]
@@ -44,13 +35,11 @@ def config_for(algorithm, factory, recurrent="gru"):
 @pytest.mark.parametrize(
     ("algorithm", "factory", "family"),
     [
-        ("dqn", "lstm_q_network", "recurrent_q"),
+        ("r2d2", "lstm_q_network", "recurrent_q"),
         ("ppo", "gru_cell_actor_critic", "recurrent_actor_critic"),
     ],
 )
-def test_the_documented_networks_pass_the_probe_and_act_with_a_state(
-    recurrent_algorithms, algorithm, factory, family
-):
+def test_the_documented_networks_pass_the_probe_and_act_with_a_state(algorithm, factory, family):
     config = config_for(algorithm, factory)
     spec = model_spec_for(config, env_spaces(config))  # probed: refused otherwise
     assert spec.family == family and spec.name.endswith(factory)
@@ -69,7 +58,7 @@ def test_the_documented_networks_pass_the_probe_and_act_with_a_state(
         assert extras["log_prob"].shape == (3,) and (extras["log_prob"] <= 0).all()
 
 
-def test_a_users_recurrent_policy_loads_and_exports_with_its_state(recurrent_algorithms, tmp_path):
+def test_a_users_recurrent_policy_loads_and_exports_with_its_state(tmp_path):
     root = tmp_path / "run" / "checkpoints"
     overrides = [
         "algorithm=ppo",
@@ -157,9 +146,9 @@ def test_a_recurrent_module_without_learner_recurrent_is_refused_naming_it():
         probe("q", Feedforward(), BOX, TWO, name="mine:net", algorithm="dqn")
 
 
-def test_the_config_refuses_a_users_network_with_wrong_shapes(recurrent_algorithms):
+def test_the_config_refuses_a_users_network_with_wrong_shapes():
     # the feed-forward example under learner.recurrent: called with a state it does not take
-    config = config_for("dqn", "residual_q_network", recurrent="lstm")
+    config = config_for("r2d2", "residual_q_network", recurrent="lstm")
     with pytest.raises(ConfigError, match=r"learner.network: tests.network_examples:residual_q"):
         model_spec_for(config, env_spaces(config))
 

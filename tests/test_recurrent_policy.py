@@ -8,15 +8,12 @@ decides nothing else that loading reads).
 
 from __future__ import annotations
 
-import dataclasses
-
 import gymnasium as gym
 import numpy as np
 import pytest
 import torch
 
 from collector.envs.vector import gym_id, make_env
-from services.config.recipes import ALGORITHMS
 from services.evaluation.envs import make_evaluation_envs
 from services.evaluation.playback import GreedyActions, evaluate_policy
 from services.evaluation.schedule import evaluation_seeds, run_episodes
@@ -27,7 +24,7 @@ from tests.test_policy import write_checkpoint
 STATELESS = "collector.env_id=relayrl:StatelessCartPole-v1"
 CASES = {
     "ppo-gru": ["algorithm=ppo", STATELESS, "learner.recurrent=gru"],
-    "dqn-lstm": ["algorithm=dqn", STATELESS, "learner.recurrent=lstm"],
+    "r2d2-lstm": ["algorithm=r2d2", STATELESS, "learner.recurrent=lstm"],
     "ppo-ff": ["algorithm=ppo", STATELESS],
     "ppo-gru-dict": [
         "algorithm=ppo",
@@ -47,30 +44,21 @@ HIDDEN = ["learner.recurrent_hidden_size=16", "learner.hidden_sizes=[16]"]
 
 @pytest.fixture(scope="module")
 def checkpoints(tmp_path_factory):
-    """``id -> run directory`` of each case (PPO and DQN marked recurrent meanwhile)."""
-    with pytest.MonkeyPatch.context() as patch:
-        for name in ("ppo", "dqn"):
-            patch.setitem(ALGORITHMS, name, dataclasses.replace(ALGORITHMS[name], recurrent=True))
-        out = {}
-        for name, overrides in CASES.items():
-            root = tmp_path_factory.mktemp(name) / "checkpoints"
-            write_checkpoint(root, None, [*overrides, *HIDDEN], seed=3)
-            out[name] = root.parent
-        yield out
+    """``id -> run directory`` of each case ."""
+    out = {}
+    for name, overrides in CASES.items():
+        root = tmp_path_factory.mktemp(name) / "checkpoints"
+        write_checkpoint(root, None, [*overrides, *HIDDEN], seed=3)
+        out[name] = root.parent
+    return out
 
 
-@pytest.fixture
-def recurrent_algorithms(monkeypatch):
-    for name in ("ppo", "dqn"):
-        monkeypatch.setitem(ALGORITHMS, name, dataclasses.replace(ALGORITHMS[name], recurrent=True))
-
-
-@pytest.mark.parametrize("name", ["ppo-gru", "dqn-lstm"])
+@pytest.mark.parametrize("name", ["ppo-gru", "r2d2-lstm"])
 def test_act_takes_and_returns_the_state_like_the_network_over_the_whole_sequence(
-    checkpoints, recurrent_algorithms, name
+    checkpoints, name
 ):
     policy = load_policy(checkpoints[name])
-    size = 32 if name == "dqn-lstm" else 16  # LSTM: h and c side by side
+    size = 32 if name == "r2d2-lstm" else 16  # LSTM: h and c side by side
     assert policy.recurrent and policy.initial_state().shape == (size,)
     assert policy.initial_state(3).shape == (3, size) and not policy.initial_state(3).any()
     obs = np.random.default_rng(0).uniform(-1, 1, (6, 3, 2)).astype(np.float32)  # [T, B, 2]
@@ -133,9 +121,7 @@ class RecordedStates(GreedyActions):
         return super().act(obs, explore, mask=mask, state=state)
 
 
-def test_evaluate_carries_the_state_and_resets_it_at_every_episode_start(
-    checkpoints, recurrent_algorithms
-):
+def test_evaluate_carries_the_state_and_resets_it_at_every_episode_start(checkpoints):
     policy = load_policy(checkpoints["ppo-gru"])
     result = evaluate_policy(policy, episodes=4, num_envs=2, seed=5)
     seeds = evaluation_seeds(5, 2)  # env i plays episodes i, i + 2 (two each)
@@ -178,10 +164,10 @@ ONNX = pytest.mark.skipif(bool(missing_onnx_packages()), reason="no onnx extra i
 
 @pytest.mark.parametrize(
     ("name", "fmt"),
-    [("dqn-lstm", "pt2"), pytest.param("ppo-gru", "onnx", marks=ONNX)],
+    [("r2d2-lstm", "pt2"), pytest.param("ppo-gru", "onnx", marks=ONNX)],
 )
 def test_the_export_carried_with_state_matches_act_over_a_50_step_episode(
-    checkpoints, recurrent_algorithms, tmp_path, name, fmt
+    checkpoints, tmp_path, name, fmt
 ):
     policy = load_policy(checkpoints[name])
     written = export_policy(policy, fmt, tmp_path / f"policy.{fmt}")
@@ -206,9 +192,7 @@ def test_the_export_carried_with_state_matches_act_over_a_50_step_episode(
             state = file_state = policy.initial_state()
 
 
-def test_a_masked_recurrent_export_takes_observation_state_and_mask(
-    checkpoints, recurrent_algorithms, tmp_path
-):
+def test_a_masked_recurrent_export_takes_observation_state_and_mask(checkpoints, tmp_path):
     policy = load_policy(checkpoints["ppo-gru-masked"], allow_modules=["tests"])
     written = export_policy(policy, "pt2", tmp_path / "masked.pt2")
     assert written["mask"]["shape"] == ["batch", 4] and written["state"]["shape"] == ["batch", 16]
@@ -222,9 +206,7 @@ def test_a_masked_recurrent_export_takes_observation_state_and_mask(
     np.testing.assert_allclose(next_state, expected_state, rtol=1e-5, atol=1e-5)
 
 
-def test_a_dict_observation_with_its_mask_takes_and_returns_the_state(
-    checkpoints, recurrent_algorithms
-):
+def test_a_dict_observation_with_its_mask_takes_and_returns_the_state(checkpoints):
     policy = load_policy(checkpoints["ppo-gru-dict"], allow_modules=["tests"])
     assert policy.structured is not None and policy.recurrent
     env = make_env("tests.action_envs:masked_corridor")

@@ -61,6 +61,7 @@ REGISTERED = (
             "connect4_ppo_masked.yaml",
             "minigrid_doorkey_ppo.yaml",
             "statelesscartpole_ppo_lstm.yaml",
+            "repeatprevious_ppo_gru.yaml",
         ),
         solve=SolveTask("cartpole_ppo.yaml", 475.0),
         learn=(
@@ -173,6 +174,24 @@ REGISTERED = (
                 ),
                 overrides=("learner.recurrent=none", "run.name=statelesscartpole-ppo-mlp"),
                 position=14,
+            ),
+            LearnEntry(
+                "repeatprevious-ppo-gru",
+                "repeatprevious_ppo_gru.yaml",
+                0.9,
+                2_000_000,
+                Reference(
+                    15_000_000,
+                    1.0,
+                    "Morad et al., POPGym: Benchmarking Partially Observable Reinforcement "
+                    "Learning, ICLR 2023, appendix B table 3: PPO + GRU on RepeatPreviousEasy, "
+                    "MMER 1.000 +- 0.000 over 3 trials of 15 M steps (popgym/baselines/ppo.py)",
+                    "the score as transcribed in a third-party results table, not checked "
+                    "against the paper here; the paper reports the max mean episodic reward, the "
+                    "bench the running mean of training episodes",
+                ),
+                suites=("full",),
+                position=18,
             ),
             LearnEntry(
                 "pong-ppo-smoke",
