@@ -44,6 +44,10 @@ Layout:
     * ``chunks``: :class:`~collector.chunks.ChunkWorker`, the asynchronous loop's pure core
       (IMPALA, APPO): one trajectory chunk per env per rollout, ``NEXT_STEP`` envs, the
       auto-reset steps masked, the learner computing V-trace.
+    * ``sequences``: :func:`~collector.sequences.to_sequences`, a recurrent policy's lockstep
+      rollouts as stored sequences (``learner.recurrent``: each with the state before its first
+      step, ``reset`` and ``valid`` flags; both workers keep one state per env, zeroed where an
+      episode starts).
     * ``actor``: the ``Collector`` Ray actor, a thin shell (its threads) over the pure parts:
       ``weights`` (:class:`~collector.weights.PolicyWeights`, the network and its
       ``(generation, version)``), ``delivery`` (:class:`~collector.delivery.ReplayWriter`:

@@ -1,4 +1,4 @@
-"""The Collector Ray actor: a thin shell over :class:`collector.rollout.RolloutWorker`.
+"""The Collector Ray actor: a thin shell over a pure worker (``collector.rollout`` and kin).
 
 Its jobs live in plain modules: the weights in use and their ``(generation, version)`` in
 :mod:`collector.weights`, the writer id, sequence numbers and the acknowledgement with failover
@@ -26,10 +26,8 @@ few rollouts) fetching on the stepper cost the collectors up to a tenth of their
 replay writes also skip the object store (see ``collector.config.INLINE_WRITE_BYTES``).
 
 What remains: in a threaded actor, Ray's main thread takes the GIL every 10 ms to check for
-signals (``CoreWorker.CheckSignal``), so the same raw loop runs a little slower inside a
-threaded actor than in a plain one. A plain (single-threaded) actor avoids it, but could then
-neither overlap write acknowledgements with stepping nor answer control calls (pause, weights,
-state) during a rollout.
+signals (``CoreWorker.CheckSignal``), so a raw loop runs a little slower than in a plain actor,
+which could neither overlap write acknowledgements with stepping nor answer control calls.
 """
 
 from __future__ import annotations
@@ -57,6 +55,7 @@ from collector.envs.vector import EnvError, env_seeds, make_vector_env
 from collector.onpolicy import OnPolicyTransform, OnPolicyWorker
 from collector.receipts import RolloutReceipt
 from collector.rollout import RolloutWorker
+from collector.sequence_worker import SequenceLayout, SequenceWorker
 from collector.weights import PolicyWeights
 from replay.client import ReplayClient
 
@@ -111,6 +110,7 @@ class Collector:
             (``replay.frames``; 0: stacked observations as they are).
         action_mask_key: Where the env reports action masks, an observation key or an ``info``
             key (``collector.action_mask_key``, ``collector.envs.masks``); None: no masks.
+        sequences: Write sequences, not n-step transitions (``collector.sequence_worker``).
         generation: The run's learner generation when this collector starts: 0 for a run's
             first collectors; a collector added to a running run, or started by a run resumed
             at another size, seeds its envs, exploration and torch from it too, so no two
@@ -134,6 +134,7 @@ class Collector:
         frame_stack: int = 0,
         action_mask_key: str | None = None,
         generation: int = 0,
+        sequences: SequenceLayout | None = None,
     ) -> None:
         torch.set_num_threads(1)
         self.collector_id = collector_id
@@ -172,17 +173,15 @@ class Collector:
                 action_mask_key=action_mask_key,
             )
         envs = self._make_envs()
-        if transform is None:
+        if transform is None and sequences is not None:  # recurrent off-policy (R2D2)
+            self.worker = SequenceWorker(envs, self.policy, seeds, **vars(sequences))
+            self.transitions = f"sequences-{sequences.length}"
+        elif transform is None:
+            frame_key = frame_key_of(model_spec, frame_stack)
             self.worker = RolloutWorker(
-                envs,
-                self.policy,
-                seeds,
-                n_step=n_step,
-                gamma=gamma,
-                frame_stack=frame_stack,
-                action_mask_key=action_mask_key,
-                frame_key=frame_key_of(model_spec, frame_stack),
-            )
+                envs, self.policy, seeds, n_step=n_step, gamma=gamma, frame_stack=frame_stack,
+                action_mask_key=action_mask_key, frame_key=frame_key,
+            )  # fmt: skip
             self.transitions = f"nstep-{n_step}"
         elif transform.kind == "chunks":  # trajectory chunks for V-trace (collector.chunks)
             self.worker = ChunkWorker(envs, self.policy, seeds, action_mask_key=action_mask_key)

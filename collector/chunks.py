@@ -18,6 +18,17 @@ middle of a chunk), and the auto-reset steps are stored with ``valid = False``: 
 transitions (not counted as frames, masked out of the loss, and the episode end before them
 cuts the trace). Chunks continue across rollouts: an episode that ended on a rollout's last
 step makes the next rollout's first step an auto-reset step.
+
+A recurrent policy (``learner.recurrent``: ``policy.recurrent``) keeps one state per env, acting
+on all envs in one batched call; the state is zeroed at each episode's first observation (after
+:meth:`ChunkWorker.reset` and after every auto-reset step) and carried across rollouts and weight
+updates otherwise. Each chunk then also stores
+
+    recurrent_state [S]        the state before ``x_0``
+    reset [T + 1]              True where ``x_t`` is an episode's first observation
+
+so the learner runs the network over ``x_0 .. x_T`` from the stored state, zeroing it where
+``reset`` is set, as the collector did.
 """
 
 from __future__ import annotations
@@ -30,6 +41,7 @@ from collector.envs.episodes import CountsEpisodes, EpisodeTracker
 from collector.envs.masks import MASK_COLUMN, mask_reader
 from collector.envs.spaces import copied, stacked, stored
 from collector.rollout import RolloutBatch
+from collector.sequences import RESET_COLUMN, STATE_COLUMN
 
 STEP_KEYS = ("action", "log_prob", "reward", "terminated", "truncated", "valid")
 
@@ -72,6 +84,7 @@ class ChunkWorker(CountsEpisodes):
         self.episodes_tracker = EpisodeTracker(self.num_envs)
         self.masks = mask_reader(envs, action_mask_key)
         self.frames = 0
+        self.recurrent = bool(getattr(policy, "recurrent", False))
         self.reset(seeds)
 
     def reset(self, seeds: list[int]) -> None:
@@ -80,6 +93,9 @@ class ChunkWorker(CountsEpisodes):
         self.mask = None if self.masks is None else self.masks.read(info)
         self.resetting = np.zeros(self.num_envs, dtype=bool)  # next step is an auto-reset
         self.episodes_tracker.reset()
+        if self.recurrent:  # every env starts an episode: fresh state
+            self.state = self.policy.initial_state(self.num_envs)
+            self.starting = np.ones(self.num_envs, dtype=bool)
 
     def rollout(
         self, num_steps: int, explore, policy_version: int, *, seeds: list[int] | None = None
@@ -96,13 +112,20 @@ class ChunkWorker(CountsEpisodes):
         act, step, bounds = self.policy.act, self.envs.step, self.action_bounds
         rows: dict[str, list] = {"observation": []}
         obs, masks, mask = self.obs, self.masks, self.mask
+        recurrent = self.recurrent
+        if recurrent:
+            first_state, resets = self._episode_starts(), [self.starting]
+        kwargs: dict = {}
         with torch.inference_mode():
             for _ in range(num_steps):
-                if masks is None:
-                    actions, extras = act(obs, explore)
-                else:
-                    actions, extras = act(obs, explore, mask=mask)
+                if masks is not None:
+                    kwargs["mask"] = mask
                     rows.setdefault(MASK_COLUMN, []).append(mask)
+                if recurrent:
+                    state = self._episode_starts()
+                    actions, extras, self.state = act(obs, explore, state=state, **kwargs)
+                else:
+                    actions, extras = act(obs, explore, **kwargs)
                 rows["observation"].append(copied(obs))
                 rows.setdefault("action", []).append(np.asarray(actions))
                 rows.setdefault("log_prob", []).append(np.asarray(extras["log_prob"]))
@@ -115,6 +138,9 @@ class ChunkWorker(CountsEpisodes):
                 rows.setdefault("reward", []).append(np.asarray(reward, dtype=np.float32))
                 rows.setdefault("terminated", []).append(np.asarray(terminated))
                 rows.setdefault("truncated", []).append(np.asarray(truncated))
+                if recurrent:  # the observation after an auto-reset starts an episode
+                    self.starting = self.resetting.copy()
+                    resets.append(self.starting)
                 self.resetting = np.asarray(terminated) | np.asarray(truncated)
         rows["observation"].append(copied(obs))
         self.obs, self.mask = obs, mask
@@ -133,9 +159,18 @@ class ChunkWorker(CountsEpisodes):
         )
         chunks = {k: np.ascontiguousarray(np.swapaxes(v, 0, 1)) for k, v in steps.items()}
         chunks["policy_version"] = np.full(self.num_envs, policy_version, np.int64)
+        if recurrent:
+            chunks[STATE_COLUMN] = first_state
+            chunks[RESET_COLUMN] = np.ascontiguousarray(np.stack(resets, axis=1))
         counted = int(valid.sum())
         self.frames += counted
         return RolloutBatch(chunks, returns, lengths, counted=counted, invalid_actions=invalid)
+
+    def _episode_starts(self) -> np.ndarray:
+        """The state with the rows of envs starting an episode zeroed (also kept)."""
+        if self.starting.any():
+            self.state = np.where(self.starting[:, None], np.float32(0.0), self.state)
+        return self.state
 
 
 __all__ = ["STEP_KEYS", "ChunkWorker"]

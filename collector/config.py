@@ -376,16 +376,22 @@ class OnPolicyTransform:
         gae_lambda: GAE's lambda (``gae``; 1.0 gives A2C's n-step returns).
         baseline: ``episodes`` only: bootstrap truncations from the critic and subtract
             ``V(s)`` from the returns.
+        sequence_length: A recurrent policy's rollouts are stored as sequences of this many
+            steps of one env (``collector.sequences``; ``learner.onpolicy.bptt_length``);
+            0: the rollout's whole length per env.
     """
 
     kind: str = "gae"
     gamma: float = 0.99
     gae_lambda: float = 0.95
     baseline: bool = True
+    sequence_length: int = 0
 
     def __post_init__(self) -> None:
         if self.kind not in ("gae", "episodes", "chunks"):
             raise ValueError(f"kind: must be 'gae', 'episodes' or 'chunks', got {self.kind!r}")
+        if self.sequence_length < 0:
+            raise ValueError(f"sequence_length: must be >= 0, got {self.sequence_length}")
 
     @property
     def same_step(self) -> bool:

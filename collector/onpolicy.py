@@ -20,6 +20,16 @@ Two kinds of rollouts (:class:`OnPolicyWorker`):
 Every transition stores ``observation, action, reward, terminated, truncated, policy_version,
 log_prob, value, advantage, value_target`` (and ``action_mask`` with
 ``action_mask_key``: the policy acts under each observation's mask, ``collector.envs.masks``).
+
+A recurrent policy (``policy.recurrent``, ``collector.networks.stepping.RecurrentPolicy``) keeps
+one state per env, acting on all envs in one batched call; the state is zeroed where an episode
+starts (after :meth:`OnPolicyWorker.reset` and after every step that ended an episode: the
+``SAME_STEP`` autoreset) and carried across rollouts and weight updates otherwise. A
+truncation bootstraps from the final observation under the state *before* the reset, the
+rollout's last value from the current state. Its rollouts are stored as sequences
+(:mod:`collector.sequences`: ``transform.sequence_length`` steps of one env, each with the state
+before its first step and ``reset``/``valid`` flags); the advantages are computed first, on the
+whole rollout.
 """
 
 from __future__ import annotations
@@ -34,6 +44,7 @@ from collector.envs.episodes import CountsEpisodes, EpisodeTracker
 from collector.envs.masks import MASK_COLUMN, mask_reader
 from collector.envs.spaces import concatenated, copied, stacked, stored
 from collector.rollout import RolloutBatch
+from collector.sequences import RESET_COLUMN, STATE_COLUMN, to_sequences
 
 # An env whose episode runs longer than this in an ``episodes`` rollout has no time limit.
 MAX_EPISODE_STEPS = 100_000
@@ -47,7 +58,9 @@ class OnPolicyWorker(CountsEpisodes):
     Args:
         envs: A gymnasium vector env in ``SAME_STEP`` autoreset mode.
         policy: Has ``act(obs, explore) -> (actions, {"log_prob", "value"})`` and
-            ``value(obs) -> [n]``.
+            ``value(obs) -> [n]``; a recurrent one (``recurrent = True``) has
+            ``act(obs, explore, state=) -> (actions, extras, next_state)``,
+            ``value(obs, state)`` and ``initial_state(n)``.
         seeds: One reset seed per sub-env.
         transform: What targets to build.
         action_mask_key: Where the envs report action masks; None: no masks.
@@ -81,6 +94,7 @@ class OnPolicyWorker(CountsEpisodes):
         self.episodes_tracker = EpisodeTracker(self.num_envs)
         self.masks = mask_reader(envs, action_mask_key)
         self.frames = 0
+        self.recurrent = bool(getattr(policy, "recurrent", False))
         self.reset(seeds)
 
     def reset(self, seeds: list[int]) -> None:
@@ -88,6 +102,9 @@ class OnPolicyWorker(CountsEpisodes):
         self.obs, info = self.envs.reset(seed=seeds)
         self.mask = None if self.masks is None else self.masks.read(info)
         self.episodes_tracker.reset()
+        if self.recurrent:  # every env starts an episode: fresh state
+            self.state = self.policy.initial_state(self.num_envs)
+            self.starting = np.ones(self.num_envs, dtype=bool)
 
     def rollout(
         self, num_steps: int, explore, policy_version: int, *, seeds: list[int] | None = None
@@ -111,12 +128,21 @@ class OnPolicyWorker(CountsEpisodes):
         if whole:
             self.episodes_tracker.reset()
         self._targets(steps)
-        transitions = {k: v[valid] for k, v in steps.items()}
-        transitions["policy_version"] = np.full(int(valid.sum()), policy_version, np.int64)
-        batch = RolloutBatch(transitions, returns, lengths)
+        counted = int(valid.sum())
+        if self.recurrent:
+            starts = steps.pop(STATE_COLUMN)
+            length = self.transform.sequence_length or len(valid)
+            transitions = to_sequences(steps, starts, valid, length)
+            items = len(transitions[STATE_COLUMN])
+            transitions["policy_version"] = np.full(items, policy_version, np.int64)
+            batch = RolloutBatch(transitions, returns, lengths, counted=counted)
+        else:
+            transitions = {k: v[valid] for k, v in steps.items()}
+            transitions["policy_version"] = np.full(counted, policy_version, np.int64)
+            batch = RolloutBatch(transitions, returns, lengths)
         if self.masks is not None:
             batch.invalid_actions = self.masks.count(
-                transitions["action"], transitions[MASK_COLUMN]
+                steps["action"][valid], steps[MASK_COLUMN][valid]
             )
         self.frames += batch.frames
         return batch
@@ -126,19 +152,35 @@ class OnPolicyWorker(CountsEpisodes):
         n = self.num_envs
         act, step, bounds = self.policy.act, self.envs.step, self.action_bounds
         rows: dict[str, list[np.ndarray]] = {}
-        finals: list[tuple[int, np.ndarray, np.ndarray]] = []  # (t, env indices, final obs)
+        # (t, env indices, final obs, the state after the step: None if feed-forward)
+        finals: list[tuple[int, np.ndarray, np.ndarray, np.ndarray | None]] = []
         running = np.ones(n, dtype=bool)  # ``episodes``: env still in its first episode
         valid_rows = []
         obs, masks, mask = self.obs, self.masks, self.mask
+        recurrent = self.recurrent
+        if recurrent:
+            state, starting = self.state, self.starting
+            length = self.transform.sequence_length or MAX_EPISODE_STEPS
+            starts: list[np.ndarray] = []  # the state before each sequence's first step
+        kwargs: dict = {}
         t = 0
         with torch.inference_mode():
             while (running.any() if whole else t < num_steps) and t < MAX_EPISODE_STEPS:
-                if masks is None:
-                    actions, extras = act(obs, explore)
+                if masks is not None:
+                    kwargs["mask"] = mask
+                row: dict = {"observation": copied(obs)}
+                if recurrent:  # zero the state where an episode starts (autoreset included)
+                    if starting.any():
+                        state = np.where(starting[:, None], np.float32(0.0), state)
+                    if t % length == 0:  # a stored sequence starts here
+                        starts.append(state)
+                    row[RESET_COLUMN] = starting
+                    actions, extras, next_state = act(obs, explore, state=state, **kwargs)
                 else:
-                    actions, extras = act(obs, explore, mask=mask)
+                    actions, extras = act(obs, explore, **kwargs)
+                if masks is not None:
                     extras = {**extras, MASK_COLUMN: mask}
-                row = {"observation": copied(obs), "action": actions, **extras}
+                row |= {"action": actions, **extras}
                 obs, reward, terminated, truncated, info = step(
                     np.clip(actions, *bounds) if bounds is not None else actions
                 )
@@ -152,7 +194,9 @@ class OnPolicyWorker(CountsEpisodes):
                 if truncated.any():
                     envs = np.flatnonzero(truncated)
                     final = stacked([info["final_obs"][e] for e in envs])
-                    finals.append((t, envs, final))
+                    finals.append((t, envs, final, next_state[envs] if recurrent else None))
+                if recurrent:
+                    state, starting = next_state, np.asarray(terminated | truncated)
                 valid_rows.append(running.copy())
                 if whole:
                     running &= ~(terminated | truncated)
@@ -160,6 +204,8 @@ class OnPolicyWorker(CountsEpisodes):
         if whole and running.any():
             raise RuntimeError(f"an episode ran past {MAX_EPISODE_STEPS} steps: no time limit?")
         self.obs, self.mask = obs, mask
+        if recurrent:
+            self.state, self.starting = state, starting
         observations = stacked(rows.pop("observation"))
         steps = (
             stored(observations)
@@ -169,17 +215,27 @@ class OnPolicyWorker(CountsEpisodes):
         steps |= {k: np.stack(v) for k, v in rows.items()}
         steps["reward"] = steps["reward"].astype(np.float32)
         steps["valid"] = np.stack(valid_rows)
+        if recurrent:
+            steps[STATE_COLUMN] = np.stack(starts)
         bootstrap = np.zeros(steps["reward"].shape, dtype=np.float32)
         needs_values = not whole or self.transform.baseline
         if finals and needs_values:
-            values = self.policy.value(concatenated([f for _, _, f in finals]))
+            final_obs = concatenated([f for _, _, f, _ in finals])
+            if recurrent:  # under the state before the reset
+                values = self.policy.value(final_obs, np.concatenate([s for *_, s in finals]))
+            else:
+                values = self.policy.value(final_obs)
             offset = 0
-            for t_end, envs, _ in finals:
+            for t_end, envs, *_ in finals:
                 bootstrap[t_end, envs] = values[offset : offset + len(envs)]
                 offset += len(envs)
         steps["bootstrap"] = bootstrap
         if not whole:
-            steps["last_value"] = self.policy.value(obs)[None]
+            if recurrent:  # the current state, zeroed where the next step starts an episode
+                current = np.where(starting[:, None], np.float32(0.0), state)
+                steps["last_value"] = self.policy.value(obs, current)[None]
+            else:
+                steps["last_value"] = self.policy.value(obs)[None]
         return steps
 
     def _targets(self, steps: dict[str, np.ndarray]) -> None:

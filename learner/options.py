@@ -32,11 +32,16 @@ class OnPolicyOptions:
         ent_coef: Weight of the entropy bonus.
         normalize_advantage: Normalize advantages per minibatch.
         baseline: REINFORCE: train a value baseline and subtract it from the returns.
+        bptt_length: With ``learner.recurrent``: steps per stored sequence, the horizon of
+            truncated backpropagation through time (``collector.sequences``); must divide the
+            rollout's steps per env; 0: the rollout's whole length per env. Minibatches are
+            then whole sequences (``num_minibatches`` must divide their number).
     """
 
     # Rounds
     num_epochs: int = 4
     num_minibatches: int = 4
+    bptt_length: int = 0
     # Losses
     clip_epsilon: float = 0.2
     clip_value_loss: bool = False
@@ -51,6 +56,7 @@ class OnPolicyOptions:
         check_field(
             self.num_minibatches >= 1, "num_minibatches", "must be >= 1", self.num_minibatches
         )
+        check_field(self.bptt_length >= 0, "bptt_length", "must be >= 0", self.bptt_length)
         check_field(self.clip_epsilon > 0, "clip_epsilon", "must be > 0", self.clip_epsilon)
         check_field(
             self.value_clip_epsilon > 0,

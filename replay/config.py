@@ -14,7 +14,8 @@ class ReplayConfig:
     """The sharded replay service.
 
     Attributes:
-        capacity: Transitions held by the whole service (split evenly over shards).
+        capacity: Items held by the whole service (split evenly over shards): transitions, or
+            sequences with ``sequence_length``.
         num_shards: ReplayShard actors.
         sampler: Sampling rule: ``uniform``, ``prioritized`` (proportional) or ``fifo``
             (on-policy: each item once per pass).
@@ -37,6 +38,14 @@ class ReplayConfig:
         frame_stack: 0 stores transitions as written; ``S >= 1`` stores each pixel frame once
             and rebuilds ``S``-frame stacks at sample time (``replay.frames``; the collectors
             then write frame streams). Set it to the env's frame stack, e.g. 4 for Atari.
+        sequence_length: 0 stores transitions; ``L >= 2`` stores sequences of ``L`` steps of
+            one env with the recurrent state before their first step (recurrent off-policy
+            learning, R2D2; ``collector.sequence_worker``). A sequence never crosses an episode
+            boundary: it ends with its episode, padded (``valid`` False) to ``L`` steps.
+        sequence_overlap: Steps consecutive sequences of one episode share (``0 <= overlap <
+            sequence_length``; R2D2: half the length).
+        burn_in: The first steps of each sequence only advance the stored state, with no loss
+            and no gradient (``0 <= burn_in < sequence_length``).
     """
 
     # Size and placement
@@ -59,6 +68,10 @@ class ReplayConfig:
     health_interval_s: float = 1.0
     restart_timeout_s: float = 60.0
     frame_stack: int = 0
+    # Sequences (recurrent off-policy learning)
+    sequence_length: int = 0
+    sequence_overlap: int = 0
+    burn_in: int = 0
 
     def __post_init__(self) -> None:
         checks = [
@@ -96,10 +109,33 @@ class ReplayConfig:
                 self.mmap_dir,
             ),
             (self.frame_stack >= 0, "frame_stack", "must be >= 0 (0: off)", self.frame_stack),
+            (
+                self.sequence_length == 0 or self.sequence_length >= 2,
+                "sequence_length",
+                "must be 0 (off) or >= 2",
+                self.sequence_length,
+            ),
+            (
+                0 <= self.sequence_overlap < max(self.sequence_length, 1),
+                "sequence_overlap",
+                f"must be in [0, sequence_length={self.sequence_length}) (0 without sequences)",
+                self.sequence_overlap,
+            ),
+            (
+                0 <= self.burn_in < max(self.sequence_length, 1),
+                "burn_in",
+                f"must be in [0, sequence_length={self.sequence_length}) (0 without sequences)",
+                self.burn_in,
+            ),
         ]
         for ok, field, rule, value in checks:
             if not ok:
                 raise ValueError(f"{field}: {rule}, got {value!r}")
+
+    @property
+    def sequences(self) -> bool:
+        """Whether replay stores sequences (``sequence_length > 0``)."""
+        return self.sequence_length > 0
 
     @property
     def shard_capacity(self) -> int:

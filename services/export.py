@@ -11,8 +11,9 @@ the env's bounds). ``pt2`` loads with ``torch.export.load(FILE).module()``; ``on
 ``onnxruntime.InferenceSession(FILE)`` and needs ``pip install "relayrl[onnx]"``. The file is
 loaded back and checked against the policy (to 1e-5) before the command succeeds; its last line
 of output is a JSON object (``format``, ``out``, ``bytes``, ``input``, ``output``, ``discrete``,
-``max_abs_diff``). Exit codes: 0 written, 2 invalid input (no checkpoint, a missing extra),
-1 the export failed.
+``max_abs_diff``; ``mask`` for masked runs; ``state`` and ``next_state`` for recurrent policies,
+whose files take ``(observation, state[, action_mask])`` and return ``(output, next_state)``).
+Exit codes: 0 written, 2 invalid input (no checkpoint, a missing extra), 1 the export failed.
 """
 
 from __future__ import annotations

@@ -59,7 +59,7 @@ def test_dueling_heads_are_an_option_of_the_q_network():
         (["algorithm=ppo", "controller.init_random_frames=100"], "controller.init_random_frames"),
         (["algorithm=ppo", "learner.loss=dqn"], "learner.loss"),
         (["algorithm=ppo", "replay.capacity=100"], "replay.capacity"),
-        (["algorithm=r2d2"], "algorithm"),
+        (["algorithm=rainbow"], "algorithm"),  # not (yet) an algorithm
         (["algorithm=ppo", "learner.onpolicy.clip_epsilon=0"], "learner.onpolicy.clip_epsilon"),
     ],
 )

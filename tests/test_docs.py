@@ -22,7 +22,8 @@ PAGES = [README, *DOCS]
 MAIN_COMMAND = 'pip install "torch==2.13.0" && pip install -e . && python -m services.train'
 TEST_COMMAND = (
     'pip install "torch==2.13.0" && pip install -e '
-    '".[dev,atari,torchrl,marl,box2d,mujoco,tune,mlflow,wandb,minigrid]" && python -m pytest -q'
+    '".[dev,atari,torchrl,marl,box2d,mujoco,tune,mlflow,wandb,minigrid,popgym]" '
+    "&& python -m pytest -q"
 )
 ALGORITHMS = tuple(REGISTERED)  # every registration (learner.algorithms)
 README_MAX_LINES = 250

@@ -42,6 +42,7 @@ STARTED_ELSEWHERE = {
     "spread_iql.yaml": "test_marl_run.py",
     "spread_qmix.yaml": "test_marl_run.py",
     "spread_vdn.yaml": "test_marl_run.py",
+    "statelesscartpole_r2d2.yaml": "test_r2d2_run.py",
 }
 # Built in process only (a start adds nothing the others do not): the external-actor config
 # (no collectors; the gRPC run tests drive one), the multi-node and GPU configs (16 collectors,
@@ -49,19 +50,22 @@ STARTED_ELSEWHERE = {
 # starts in test_atari_run; the learn bench runs it), CartPole DQN with two ranks
 # (test_learner_group runs two), and the pairings of an env and a loop that start elsewhere
 # (LunarLander: DQN here, PPO by the learn bench; Hopper: SAC here, Gaussian PPO on MountainCar
-# here; MiniGrid: PPO on a Dict observation starts in test_spaces_run, the learn bench runs it).
+# here; MiniGrid: PPO on a Dict observation starts in test_spaces_run, the learn bench runs it;
+# POPGym: recurrent PPO starts on StatelessCartPole, the learn bench runs RepeatPrevious).
 BUILT_ONLY = {
     "cartpole_dqn_external.yaml",
     "multinode_dqn.yaml",
     "pong_dqn_gpu.yaml",
     "pong_ppo_gpu.yaml",
     "pong_appo_gpu.yaml",
+    "pong_r2d2_gpu.yaml",
     "pong_dqn_small.yaml",
     "cartpole_dqn_ws2.yaml",
     "lunarlander_ppo.yaml",
     "lunarlander_appo.yaml",
     "hopper_ppo.yaml",
     "minigrid_doorkey_ppo.yaml",
+    "repeatprevious_ppo_gru.yaml",
 }
 START_HERE = [n for n in SHIPPED if n not in STARTED_ELSEWHERE and n not in BUILT_ONLY]
 

@@ -17,7 +17,10 @@ from collector.envs.spaces import structured
 # of their entry point.
 ENV_EXTRAS = {"gymnasium.envs.box2d.": "box2d", "gymnasium.envs.mujoco.": "mujoco"}
 # Env ids registered by importing a package, by id prefix: (package, relayrl extra).
-ENV_PACKAGES = {"MiniGrid-": ("minigrid", "minigrid")}
+ENV_PACKAGES = {
+    "MiniGrid-": ("minigrid", "minigrid"),
+    "popgym-": ("popgym", "popgym"),  # POPGym's memory tasks: popgym-RepeatPreviousEasy-v0
+}
 RELAYRL_PREFIX = "relayrl:"  # relayrl's own envs (collector.envs.memory)
 AUTORESET_MODES = {
     "next_step": gym.vector.AutoresetMode.NEXT_STEP,

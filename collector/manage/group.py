@@ -69,6 +69,8 @@ class CollectorGroup:
         aggregate: Send rollouts through one hub per node (started by :meth:`wait_ready`).
         generation: The run's learner generation (seeds of collectors started by a run resumed
             at another size; see ``collector.actor.Collector``).
+        sequences: Write sequences (``collector.sequence_worker.SequenceLayout``); None:
+            transitions.
 
     Examples:
         >>> group = CollectorGroup("run", 2, "CartPole-v1", 8, spec, shards, 0)  # doctest: +SKIP
@@ -100,6 +102,7 @@ class CollectorGroup:
         scheduling: Sequence | None = None,
         aggregate: bool = False,
         generation: int = 0,
+        sequences=None,
     ) -> None:
         scheduling = list(scheduling) if scheduling is not None else [None] * num_collectors
         self.shard_names = list(shards)  # what new collectors write to (live resizes change it)
@@ -123,6 +126,7 @@ class CollectorGroup:
                 frame_stack=frame_stack,
                 action_mask_key=action_mask_key,
                 generation=generation,
+                sequences=sequences,
                 scheduling_strategy=strategy,
             )
 

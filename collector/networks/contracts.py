@@ -19,6 +19,8 @@ stored dtype (uint8 images, int64 ``Discrete``, int8 ``MultiBinary``, float32 ``
   making a :class:`QCritic` (relayrl builds the twin critics and their targets from it).
 * ``agents`` (e.g. ``iql``, ``vdn``, ``qmix``): :class:`AgentQValues`, one parameter-shared
   per-agent network.
+* ``recurrent_q`` and ``recurrent_actor_critic`` (``learner.recurrent`` set): the state protocol,
+  :mod:`collector.networks.recurrent_contracts`.
 
 Which family an algorithm uses is its registration's network (``learner.algorithms``).
 
@@ -48,7 +50,14 @@ import numpy as np
 import torch
 from torch import nn
 
-FAMILIES = ("q", "actor_critic", "squashed", "agents")
+from collector.networks.recurrent_contracts import (
+    RECURRENT_FAMILIES,
+    STEPS,
+    check_recurrent,
+    sequences,
+)
+
+FAMILIES = ("q", "actor_critic", "squashed", "agents", *RECURRENT_FAMILIES)
 
 
 @runtime_checkable
@@ -171,11 +180,20 @@ def probe(
         ValueError: Naming ``learner.network``, the factory and the shape expected.
     """
     obs = dummy_observation(observation_space, batch)
+    if family in RECURRENT_FAMILIES:  # sequences [batch, STEPS, ...]
+        obs = sequences(dummy_observation(observation_space, batch * STEPS), STEPS)
     where = f"learner.network: {name}"
     need = algorithm or f"the {family} family"
+    if family not in RECURRENT_FAMILIES and callable(getattr(network, "initial_state", None)):
+        raise ValueError(
+            f"{where} is a recurrent network (it has initial_state); set learner.recurrent "
+            f"(lstm or gru) so that {need} trains it with its state"
+        )
     try:
         with torch.no_grad():
-            if family == "q":
+            if family in RECURRENT_FAMILIES:
+                check_recurrent(family, network, obs, action_space, where, need)
+            elif family == "q":
                 _check_q(network(obs), obs, action_space, where, need)
             elif family == "actor_critic":
                 _check_actor_critic(network, obs, action_space, where)

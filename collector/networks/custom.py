@@ -10,14 +10,17 @@ does.
 
 Per family (``collector.networks.contracts``), ``build()`` returns:
 
-* ``q`` and ``actor_critic``: the user's module itself;
+* ``q``, ``actor_critic``, ``recurrent_q`` and ``recurrent_actor_critic`` (``learner.recurrent``
+  set; the state protocol of :mod:`collector.networks.recurrent_contracts`): the user's module
+  itself;
 * ``squashed``: a :class:`~collector.networks.squashed.SquashedGaussianActor` whose ``body`` is
   the user's module (relayrl squashes into the bounds and computes log-probabilities);
 * ``agents``: an :class:`~collector.networks.agents.AgentQNetwork` whose ``q`` is the user's
   per-agent module (relayrl appends the agent id).
 
 The collector policies are the base spec's, except for actor-critics, which sample from the
-user's ``distribution(out)`` (:class:`DistributionActor`).
+user's ``distribution(out)`` (:class:`DistributionActor`; a recurrent one through
+:class:`~collector.networks.stepping.RecurrentPolicy`, one step at a time with a state per env).
 """
 
 from __future__ import annotations
@@ -71,7 +74,7 @@ class CustomNetworkSpec:
 
     @property
     def family(self) -> str:
-        """The base spec's family (``q``, ``actor_critic``, ``squashed`` or ``agents``)."""
+        """The base spec's family (``q``, ``actor_critic``, ``squashed``, ``agents``, ...)."""
         return self.base.family
 
     def build(self) -> nn.Module:
@@ -100,6 +103,11 @@ class CustomNetworkSpec:
         """The collector policy over ``network``: the base spec's, or a sampler of ``out``."""
         if self.family == "actor_critic":
             return DistributionActor(network, seed, self.base)
+        if self.family == "recurrent_actor_critic":
+            from collector.networks.stepping import RecurrentPolicy, StepView
+
+            view = StepView(network)
+            return RecurrentPolicy(DistributionActor(view, seed, _step_spec(self.base)), view)
         return self.base.make_policy(network, seed)
 
     @property
@@ -145,3 +153,18 @@ class DistributionActor(StochasticActor):
             noise = torch.randn(mean.shape, generator=self.generator)
         sample = distribution.mean + distribution.stddev * noise
         return sample, distribution.log_prob(sample)
+
+
+def _step_spec(base):
+    """The feed-forward actor-critic spec of one step of a recurrent one (its distribution)."""
+    from collector.networks.actor_critic import ActorCriticSpec
+
+    return ActorCriticSpec(
+        base.recurrent_hidden_size,
+        base.action_dim,
+        base.distribution,
+        (),
+        nvec=base.nvec,
+        noise_beta=base.noise_beta,
+        noise_horizon=base.noise_horizon,
+    )

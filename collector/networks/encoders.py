@@ -155,7 +155,7 @@ class MultiInputEncoder(nn.Module):
             elif leaf.kind in ("discrete", "multi_discrete"):
                 parts.append(_one_hot(leaf, x))
             else:
-                parts.append(x.reshape(len(x), -1).float())
+                parts.append(x.reshape(x.shape[0], -1).float())
         return torch.cat(parts, dim=-1) if len(parts) > 1 else parts[0]
 
 

@@ -104,6 +104,21 @@ class RecurrentCore(nn.Module):
             return torch.cat([packed[0][0], packed[1][0]], dim=-1)
         return packed[0]
 
+    def _step(self, x: torch.Tensor, state: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """One step ``[B, 1, F]`` through the cell function of the same weights.
+
+        The fused ``nn.LSTM`` call costs several times the cell's arithmetic at one step of a
+        few envs; this is what collectors run once per vector step.
+        """
+        rnn = self.rnn
+        weights = (rnn.weight_ih_l0, rnn.weight_hh_l0, rnn.bias_ih_l0, rnn.bias_hh_l0)
+        if self.kind == "lstm":
+            h, c = state.split(self.hidden_size, dim=-1)
+            h, c = torch.lstm_cell(x[:, 0], (h, c), *weights)
+            return h.unsqueeze(1), torch.cat([h, c], dim=-1)
+        h = torch.gru_cell(x[:, 0], state, *weights)
+        return h.unsqueeze(1), h
+
     def forward(
         self,
         x: torch.Tensor,
@@ -121,6 +136,8 @@ class RecurrentCore(nn.Module):
                 outputs are computed but mean nothing).
         """
         steps = x.shape[1]
+        if steps == 1 and reset is None and valid is None and torch.is_inference_mode_enabled():
+            return self._step(x, state)  # acting (collectors): one step, no fused-op overhead
         if reset is None and valid is None:  # one fused call (and a traceable graph: export)
             out, packed = self.rnn(x, self._unpack(state))
             return out, self._pack(packed)

@@ -47,6 +47,7 @@ REGISTERED = (
         ),
         pixel_network="cnn_actor_critic",
         transform="gae",
+        recurrent=True,
         one_step_per_batch=True,
         options={"onpolicy": OnPolicyOptions},
         configs=("cartpole_a2c.yaml",),

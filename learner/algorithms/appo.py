@@ -47,6 +47,7 @@ REGISTERED = (
         ),
         pixel_network="cnn_actor_critic",
         transform="chunks",
+        recurrent=True,
         gpu_check=GpuCheck(continuous=True),
         options={"vtrace": VTraceOptions},
         configs=(

@@ -42,6 +42,7 @@ REGISTERED = (
         ),
         pixel_network="cnn_actor_critic",
         transform="chunks",
+        recurrent=True,
         options={"vtrace": VTraceOptions},
         configs=("cartpole_impala.yaml",),
         modules=("collector.networks.torsos",),

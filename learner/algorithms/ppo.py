@@ -47,6 +47,7 @@ REGISTERED = (
         ),
         pixel_network="cnn_actor_critic",
         transform="gae",
+        recurrent=True,
         options={"onpolicy": OnPolicyOptions},
         torchrl_losses={"ClipPPOLoss": "learner.losses.torchrl_ppo:torchrl_ppo_loss"},
         configs=(
@@ -59,6 +60,8 @@ REGISTERED = (
             "pong_ppo_gpu.yaml",
             "connect4_ppo_masked.yaml",
             "minigrid_doorkey_ppo.yaml",
+            "statelesscartpole_ppo_lstm.yaml",
+            "repeatprevious_ppo_gru.yaml",
         ),
         solve=SolveTask("cartpole_ppo.yaml", 475.0),
         learn=(
@@ -141,6 +144,56 @@ REGISTERED = (
                 position=15,
             ),
             LearnEntry(
+                "statelesscartpole-ppo-lstm",
+                "statelesscartpole_ppo_lstm.yaml",
+                475.0,
+                500_000,
+                Reference(
+                    100_000,
+                    500.0,
+                    f"{ZOO} hyperparams/ppo_lstm.yml CartPoleNoVel-v1 (sb3-contrib RecurrentPPO, "
+                    "n_timesteps 1e5); sb3-contrib's RecurrentPPO docs report CartPoleNoVel-v1 "
+                    "solved (500) where PPO without memory is not",
+                    "CartPoleNoVel-v1 observes the same two of CartPole's four variables as "
+                    "relayrl:StatelessCartPole-v1",
+                ),
+                position=13,
+            ),
+            LearnEntry(
+                "statelesscartpole-ppo-mlp",
+                "statelesscartpole_ppo_lstm.yaml",
+                475.0,
+                500_000,
+                Reference(
+                    None,
+                    500.0,
+                    "the control of statelesscartpole-ppo-lstm: the same task and settings with "
+                    "the feed-forward policy (learner.recurrent=none)",
+                    "expected not to reach the threshold: position and angle alone do not tell "
+                    "which way the pole is falling",
+                ),
+                overrides=("learner.recurrent=none", "run.name=statelesscartpole-ppo-mlp"),
+                position=14,
+            ),
+            LearnEntry(
+                "repeatprevious-ppo-gru",
+                "repeatprevious_ppo_gru.yaml",
+                0.9,
+                2_000_000,
+                Reference(
+                    15_000_000,
+                    1.0,
+                    "Morad et al., POPGym: Benchmarking Partially Observable Reinforcement "
+                    "Learning, ICLR 2023, appendix B table 3: PPO + GRU on RepeatPreviousEasy, "
+                    "MMER 1.000 +- 0.000 over 3 trials of 15 M steps (popgym/baselines/ppo.py)",
+                    "the score as transcribed in a third-party results table, not checked "
+                    "against the paper here; the paper reports the max mean episodic reward, the "
+                    "bench the running mean of training episodes",
+                ),
+                suites=("full",),
+                position=18,
+            ),
+            LearnEntry(
                 "pong-ppo-smoke",
                 "pong_ppo.yaml",
                 -19.0,
@@ -171,6 +224,7 @@ REGISTERED = (
         featured={
             "help_on_policy": "cartpole_ppo.yaml",
             "bench_startup": "cartpole_ppo.yaml",
+            "bench_recurrent": "statelesscartpole_ppo_lstm.yaml",
             "bench_tune": "lunarlander_ppo.yaml",
         },
     ),

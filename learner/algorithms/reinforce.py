@@ -38,6 +38,7 @@ REGISTERED = (
             },
         ),
         transform="episodes",
+        recurrent=True,
         options={"onpolicy": OnPolicyOptions},
         configs=("cartpole_reinforce.yaml",),
         solve=SolveTask("cartpole_reinforce.yaml", 475.0, default=False),

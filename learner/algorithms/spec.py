@@ -169,8 +169,8 @@ class Algorithm:
             (``determinism``: ``services.bench determinism`` runs every algorithm that has it).
         featured: Shipped configs that commands and benches feature, by role: ``help`` and
             ``help_on_policy`` (the examples help texts show), ``bench_elastic``,
-            ``bench_startup`` and ``bench_tune`` (the configs those benches run); each role
-            belongs to one registration.
+            ``bench_startup``, ``bench_tune`` and ``bench_recurrent`` (the configs those benches
+            run); each role belongs to one registration.
         modules: Modules that belong to it beyond its registration and its loss module (e.g. a
             mixer); they may name it.
         default: The algorithm a config without ``algorithm`` runs (exactly one has it).
@@ -241,7 +241,20 @@ class Algorithm:
             gamma=config.collector.gamma,
             gae_lambda=config.collector.gae_lambda,
             baseline=config.learner.onpolicy.baseline,
+            sequence_length=self.sequence_length(config),
         )
+
+    def sequence_length(self, config) -> int:
+        """Steps per stored item of a lockstep rollout: 1, or a recurrent policy's sequence.
+
+        With ``learner.recurrent`` the lockstep collectors store sequences
+        (``collector.sequences``) of ``learner.onpolicy.bptt_length`` steps, or of the rollout's
+        whole length per env (``collector.rollout_frames // envs_per_collector``).
+        """
+        if config.learner.recurrent == "none" or not self.lockstep:
+            return 0
+        steps = max(1, config.collector.rollout_frames // config.collector.envs_per_collector)
+        return config.learner.onpolicy.bptt_length or steps
 
     def exploration(self, config, frames: int) -> dict[str, Any]:
         """Exploration parameters handed to collectors after ``frames`` collected frames.

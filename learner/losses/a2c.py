@@ -14,7 +14,7 @@ from __future__ import annotations
 from tensordict import TensorDict
 from torch import nn
 
-from learner.losses.common import evaluate_actions, normalized
+from learner.losses.common import evaluate_steps, normalized
 
 
 class A2CLoss(nn.Module):
@@ -45,7 +45,7 @@ class A2CLoss(nn.Module):
 
     def forward(self, batch: TensorDict) -> TensorDict:
         """Returns ``loss_objective``, ``loss_critic``, ``loss_entropy`` and diagnostics."""
-        log_prob, entropy, value = evaluate_actions(self.actor_critic, batch)
+        log_prob, entropy, value, batch = evaluate_steps(self.actor_critic, batch)
         advantage = normalized(batch["advantage"], self.normalize_advantage)
         entropy = entropy.mean()
         return TensorDict(

@@ -2,7 +2,8 @@
 
 A chunk batch (``collector.chunks``) has ``observation [B, T + 1, ...]`` and per step
 ``action``, ``log_prob`` (the behaviour policy's), ``reward``, ``terminated``, ``truncated``
-and ``valid`` ``[B, T]``.
+and ``valid`` ``[B, T]``; a recurrent policy's chunks add ``recurrent_state [B, S]`` (the state
+before ``x_0``) and ``reset [B, T + 1]``, and the network runs over each chunk from that state.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import torch
 from tensordict import TensorDict
 
 from collector.networks.distributions import masked_logits
+from collector.sequences import RESET_COLUMN, STATE_COLUMN
 from learner.vtrace import VTrace, vtrace
 
 
@@ -26,15 +28,20 @@ def evaluate_chunks(network: Any, batch: TensorDict) -> tuple[torch.Tensor, ...]
     """
     observation = batch["observation"]
     size, steps = batch["action"].shape[0], batch["action"].shape[1]
-    if isinstance(observation, torch.Tensor):
-        observation = observation.flatten(0, 1)
-    else:  # a structured observation: a mapping of [B, T + 1, ...] tensors
-        observation = {key: value.flatten(0, 1) for key, value in observation.items()}
-    out, values = network(observation)
-    out = out.unflatten(0, (size, steps + 1))[:, :steps].flatten(0, 1)
+    state = batch.get(STATE_COLUMN, None)
+    if state is not None:  # truncated BPTT over the chunk from its stored state
+        out, values, _ = network(observation, state, batch[RESET_COLUMN])
+        out = out[:, :steps].flatten(0, 1)
+    else:
+        if isinstance(observation, torch.Tensor):
+            observation = observation.flatten(0, 1)
+        else:  # a structured observation: a mapping of [B, T + 1, ...] tensors
+            observation = {key: value.flatten(0, 1) for key, value in observation.items()}
+        out, values = network(observation)
+        out = out.unflatten(0, (size, steps + 1))[:, :steps].flatten(0, 1)
+        values = values.unflatten(0, (size, steps + 1))
     mask = batch.get("action_mask", None)  # [B, T, width] (collector.action_mask_key)
     out = masked_logits(out, None if mask is None else mask.flatten(0, 1))
-    values = values.unflatten(0, (size, steps + 1))
     distribution = network.distribution(out)
     action = batch["action"].flatten(0, 1)
     if not action.dtype.is_floating_point:

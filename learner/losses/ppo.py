@@ -21,7 +21,7 @@ import torch
 from tensordict import TensorDict
 from torch import nn
 
-from learner.losses.common import evaluate_actions, normalized
+from learner.losses.common import evaluate_steps, normalized
 
 
 class PPOLoss(nn.Module):
@@ -61,7 +61,7 @@ class PPOLoss(nn.Module):
 
     def forward(self, batch: TensorDict) -> TensorDict:
         """Returns ``loss_objective``, ``loss_critic``, ``loss_entropy`` and diagnostics."""
-        log_prob, entropy, value = evaluate_actions(self.actor_critic, batch)
+        log_prob, entropy, value, batch = evaluate_steps(self.actor_critic, batch)
         log_ratio = log_prob - batch["log_prob"]
         ratio = log_ratio.exp()
         advantage = normalized(batch["advantage"], self.normalize_advantage)

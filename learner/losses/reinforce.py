@@ -17,7 +17,7 @@ from __future__ import annotations
 from tensordict import TensorDict
 from torch import nn
 
-from learner.losses.common import evaluate_actions, normalized
+from learner.losses.common import evaluate_steps, normalized
 
 
 class ReinforceLoss(nn.Module):
@@ -52,7 +52,7 @@ class ReinforceLoss(nn.Module):
 
     def forward(self, batch: TensorDict) -> TensorDict:
         """Returns ``loss_objective``, ``loss_entropy``, ``loss_critic`` (baseline) and more."""
-        log_prob, entropy, value = evaluate_actions(self.actor_critic, batch)
+        log_prob, entropy, value, batch = evaluate_steps(self.actor_critic, batch)
         advantage = normalized(batch["advantage"], self.normalize_advantage)
         entropy = entropy.mean()
         out = {

@@ -25,6 +25,7 @@ SUBCOMMANDS = (
     "async",
     "tune",
     "spaces",
+    "recurrent",
 )
 # The module of each subcommand, under services.bench (``async`` is a Python keyword).
 MODULES = {
@@ -43,6 +44,7 @@ MODULES = {
     "async": "runtime.async_bench",
     "tune": "learning.tune",
     "spaces": "runtime.spaces",
+    "recurrent": "runtime.recurrent",
 }
 
 

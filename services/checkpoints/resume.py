@@ -21,6 +21,10 @@ PINNED_FIELDS = (
     "replay.sampler",
     "learner.hidden_sizes",
     "learner.network",
+    "learner.recurrent",
+    "learner.recurrent_hidden_size",
+    "replay.sequence_length",
+    "replay.burn_in",
 )
 
 

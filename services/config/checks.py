@@ -39,11 +39,17 @@ def check(config) -> None:
             f"epsilon-greedily, got {collector.action_noise!r}"
         )
     _check_registered(config, algo)
+    _check_sequences(config, algo)
     if learner.recurrent != "none" and not algo.recurrent:
         takes = sorted(name for name, other in ALGORITHMS.items() if other.recurrent)
         raise AlgorithmConfigError(
             f"learner.recurrent: {algo.name} trains feed-forward networks only (recurrent: "
             f"{', '.join(takes) or 'none yet'}), got {learner.recurrent!r}"
+        )
+    if learner.recurrent != "none" and learner.loss.startswith("torchrl:"):
+        raise AlgorithmConfigError(
+            f"learner.loss: {learner.loss} trains feed-forward networks; a recurrent policy "
+            f"(learner.recurrent={learner.recurrent!r}) trains with relayrl's {algo.loss!r} loss"
         )
     if ":" not in learner.loss and learner.loss != algo.loss:
         raise AlgorithmConfigError(
@@ -103,10 +109,20 @@ def check(config) -> None:
         )
     if algo.transform == "episodes":
         return  # the batch is whatever complete episodes make
-    batch = collector.fleet_size * collector.rollout_frames
+    batch, items = collector.fleet_size * collector.rollout_frames, "transitions"
+    length = algo.sequence_length(config)
+    if length:  # a recurrent policy's sequences (collector.sequences)
+        steps = collector.rollout_frames // collector.envs_per_collector
+        if steps % length or collector.rollout_frames % collector.envs_per_collector:
+            raise AlgorithmConfigError(
+                f"learner.onpolicy.bptt_length: must divide the {steps} steps per env of a "
+                "rollout (collector.rollout_frames / collector.envs_per_collector, a whole "
+                f"number), got {options.bptt_length}"
+            )
+        batch, items = batch // length, f"sequences of {length} steps"
     if batch % options.num_minibatches:
         raise AlgorithmConfigError(
-            f"learner.onpolicy.num_minibatches: must divide the batch of {batch} transitions "
+            f"learner.onpolicy.num_minibatches: must divide the batch of {batch} {items} "
             f"(collector.num_collectors x collector.rollout_frames), got {options.num_minibatches}"
         )
     minibatch = batch // options.num_minibatches
@@ -121,6 +137,41 @@ def check(config) -> None:
             f"replay.capacity: each shard must hold one iteration's {per_shard} transitions, "
             f"got {config.replay.shard_capacity} per shard"
         )
+
+
+def _check_sequences(config, algo) -> None:
+    """Refuses sequence replay where nothing trains from it, and what it cannot carry yet.
+
+    Sequences (``replay.sequence_length``) are what an off-policy recurrent algorithm learns
+    from; without them its collectors would write transitions its loss cannot read.
+    """
+    replay, collector = config.replay, config.collector
+    recurrent = config.learner.recurrent != "none"
+    takes = not algo.on_policy and algo.recurrent
+    if takes and recurrent and not replay.sequences:
+        raise AlgorithmConfigError(
+            f"replay.sequence_length: {algo.name} with learner.recurrent learns from sequences "
+            "(>= 2), got 0"
+        )
+    if not replay.sequences:
+        return
+    if not (takes and recurrent):
+        raise AlgorithmConfigError(
+            "replay.sequence_length: sequences are for an off-policy algorithm with "
+            f"learner.recurrent (lstm or gru), got {replay.sequence_length} with algorithm "
+            f"{algo.name} and learner.recurrent={config.learner.recurrent!r}"
+        )
+    refused = [
+        (replay.frame_stack, "replay.frame_stack", "frames are stored in the sequences"),
+        (collector.action_mask_key, "collector.action_mask_key", "sequences carry no masks"),
+        (config.grpc.enabled, "grpc.port", "external actors insert transitions"),
+        (replay.sampler == "fifo", "replay.sampler", "sequences are sampled off-policy"),
+    ]
+    for bad, field, why in refused:
+        if bad:
+            raise AlgorithmConfigError(
+                f"{field}: not with replay.sequence_length ({why}); got {bad!r}"
+            )
 
 
 def _check_async(config, algo) -> None:
@@ -220,6 +271,11 @@ def check_spaces(config, obs_space: gym.Space, action_space: gym.Space) -> None:
             return multiagent.check_spaces(config, obs_space, action_space)
         except multiagent.MultiAgentConfigError as err:
             raise AlgorithmConfigError(str(err)) from None
+    if config.replay.sequences and not isinstance(obs_space, gym.spaces.Box):
+        raise AlgorithmConfigError(
+            f"replay.sequence_length: sequences store array observations (a Box); "
+            f"{config.collector.env_id} has {obs_space}"
+        )
     if factorised_actions(config, obs_space, action_space):  # MultiDiscrete, MultiBinary
         return
     discrete = isinstance(action_space, gym.spaces.Discrete)

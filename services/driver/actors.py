@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from collector.manage.group import CollectorGroup
+from collector.sequence_worker import SequenceLayout
 from learner.ranks.group import LearnerGroup
 from services.config import RunConfig
 from services.config.recipes import Algorithm
@@ -51,7 +52,15 @@ def start_collectors(
         scheduling=scheduling,
         aggregate=cfg.aggregate,
         generation=generation,
+        sequences=sequence_layout(config.replay),
     )
+
+
+def sequence_layout(replay) -> SequenceLayout | None:
+    """The collectors' sequences from ``replay.sequence_*`` (None: n-step transitions)."""
+    if not replay.sequences:
+        return None
+    return SequenceLayout(replay.sequence_length, replay.sequence_overlap, replay.burn_in)
 
 
 def start_learners(

@@ -5,7 +5,9 @@ evaluation env (``services.evaluation.envs``), ``evaluation.num_envs`` of them r
 ``evaluation_seeds(seed, num_envs)``, counted by the evaluator's own loop
 (:func:`~services.evaluation.schedule.run_episodes`), so with the run's seed it replays the
 run's evaluation of the checkpoint's version episode for episode. Greedy actions come from
-``Policy.act``; ``deterministic=False`` samples with the run's collector policy.
+``Policy.act``; ``deterministic=False`` samples with the run's collector policy. A recurrent
+policy's state is carried from step to step, one row per env, and zeroed at every episode's
+first step (``run_episodes``).
 
 With ``video_dir`` each gymnasium env is made with ``render_mode="rgb_array"`` and wrapped in
 gymnasium's ``RecordVideo`` (``moviepy``, the ``video`` extra): every ``video_every``-th counted
@@ -42,16 +44,28 @@ VIDEO_EXTRA = 'pip install "relayrl[video]"'
 class GreedyActions:
     """A policy's deterministic actions in the collector policies' form (``act(obs, explore)``).
 
+    A recurrent policy's (``recurrent``) takes the state and returns the next one, as the
+    collector's :class:`~collector.networks.stepping.RecurrentPolicy` does:
+    ``act(obs, explore, state=) -> (actions, extras, next_state)``.
+
     Args:
         policy: A :class:`~services.policy.policy.Policy`.
     """
 
     def __init__(self, policy) -> None:
         self.policy = policy
+        self.recurrent = bool(getattr(policy, "recurrent", False))
 
-    def act(self, obs, explore=None, *, mask=None) -> tuple[np.ndarray, dict]:
-        """``policy.act(obs, mask=mask)`` for a batch, and no extras."""
-        return self.policy.act(obs, mask=mask), {}
+    def initial_state(self, n: int) -> np.ndarray:
+        """Zeros ``[n, state_size]`` (recurrent policies)."""
+        return self.policy.initial_state(n)
+
+    def act(self, obs, explore=None, *, mask=None, state=None):
+        """``policy.act(obs, mask=mask)`` for a batch, and no extras (and the next state)."""
+        if not self.recurrent:
+            return self.policy.act(obs, mask=mask), {}
+        actions, next_state = self.policy.act(obs, mask=mask, state=state)
+        return actions, {}, next_state
 
 
 def video_recorder(video_dir: Path, every: int, quotas: list[int]):

@@ -184,7 +184,9 @@ def run_episodes(
 
     Args:
         envs: A gymnasium vector env in ``NEXT_STEP`` autoreset mode (``make_vector_env``).
-        policy: A collector policy (``act(obs, explore) -> (actions, extras)``).
+        policy: A collector policy (``act(obs, explore) -> (actions, extras)``); a recurrent
+            one (``recurrent``: ``act(obs, explore, state=) -> (actions, extras,
+            next_state)``) gets a state per env, zeros at every episode's first step.
         episodes: Episodes to finish, split over the envs by :func:`episode_quotas`.
         seeds: One reset seed per env.
         explore: The exploration handed to ``policy.act`` (default ``{"deterministic":
@@ -214,17 +216,22 @@ def run_episodes(
     obs, info = envs.reset(seed=seeds)
     masks = mask_reader(envs, action_mask_key)
     explore = {"deterministic": True} if explore is None else dict(explore)
+    recurrent = getattr(policy, "recurrent", False)
+    state = policy.initial_state(n) if recurrent else None
     while any(done < quota for done, quota in zip(finished, quotas, strict=True)):
-        if masks is None:
-            actions, _ = policy.act(obs, explore)
+        kwargs: dict[str, Any] = {} if masks is None else {"mask": masks.read(info)}
+        if recurrent:
+            actions, _, state = policy.act(obs, explore, state=state, **kwargs)
         else:
-            actions, _ = policy.act(obs, explore, mask=masks.read(info))
+            actions, _ = policy.act(obs, explore, **kwargs)
         if bounds is not None:
             actions = np.clip(actions, *bounds)
         obs, rewards, terminated, truncated, info = envs.step(actions)
         for i in range(n):
-            if resetting[i]:
+            if resetting[i]:  # the autoreset step: obs[i] is a new episode's first
                 resetting[i] = False
+                if recurrent:
+                    state[i] = 0.0
                 continue
             episode_return[i] += float(rewards[i])
             episode_length[i] += 1

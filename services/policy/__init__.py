@@ -7,7 +7,10 @@ Modules, by job:
     * ``policy``: :class:`Policy`, the network on a device and ``act(observation,
       deterministic=True)`` for single and batched observations, numpy or torch.
     * ``heads``: each family's deterministic forward (greedy Q-values, logits or the mean
-      action, SAC's squashed mean, per-agent Q-values), the module ``services.export`` writes.
+      action, SAC's squashed mean, per-agent Q-values), the module ``services.export`` writes;
+      the recurrent families' take and return the state.
+    * ``memory``: a recurrent policy's state as ``act`` takes and returns it
+      (``action, state = policy.act(obs, state=state)``, from ``policy.initial_state()``).
     * ``frames``: frame stacks for pixel policies fed one frame at a time.
     * ``agents``: the multi-agent network's input rows (previous actions kept across steps).
     * ``export``: ``torch.export`` (``pt2``) and ONNX files of a policy's head, checked

@@ -9,6 +9,12 @@ A run with action masks (``collector.action_mask_key``) exports
 (bool), and forbidden actions score the dtype's minimum, so the argmax is an allowed action.
 A multi-agent policy's mask input is one mask per agent, ``[B, n_agents, n_actions]``.
 
+A recurrent policy (``learner.recurrent``) takes its state too and returns the next one: inputs
+``observation``, ``state`` ``[B, state_size]`` float32 (zeros at an episode's first step) and,
+in a masked run, ``action_mask``; outputs the scores (or action) and ``next_state``
+``[B, state_size]``, the state to feed with the next observation
+(:class:`~services.policy.heads.RecurrentMaskedHead`).
+
 * ``pt2``: ``torch.export.export`` then ``torch.export.save``; load it with
   ``torch.export.load(path).module()`` (torch only).
 * ``onnx``: the same program through ``torch.onnx.export(..., dynamo=True)``; run it with
@@ -35,7 +41,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from services.policy.heads import MaskedHead
+from services.policy.heads import MaskedHead, RecurrentMaskedHead
 
 FORMATS = ("pt2", "onnx")
 ONNX_PACKAGES = ("onnx", "onnxscript", "onnxruntime")
@@ -87,27 +93,48 @@ def example_masks(policy, batch: int = 4, seed: int = 0) -> torch.Tensor | None:
     return torch.as_tensor(mask, device=policy.device)
 
 
-def _export_program(policy, inputs: tuple[torch.Tensor, ...]):
+def example_states(policy, batch: int = 4, seed: int = 0) -> torch.Tensor | None:
+    """States ``[batch, state_size]`` in ``[-1, 1]`` (seeded) for a recurrent policy, else None."""
+    if not getattr(policy, "recurrent", False):
+        return None
+    rng = np.random.default_rng(seed + 2)
+    states = rng.uniform(-1, 1, size=(batch, policy.states.state_size)).astype(np.float32)
+    return torch.as_tensor(states, device=policy.device)
+
+
+def _export_module(policy, masked: bool) -> torch.nn.Module:
+    if policy.recurrent:
+        return RecurrentMaskedHead(policy.head) if masked else policy.head
+    return MaskedHead(policy.head) if masked else policy.head
+
+
+def _export_program(policy, inputs: tuple[torch.Tensor, ...], masked: bool):
     batch = torch.export.Dim("batch", min=1, max=1 << 16)
     dynamic = tuple({0: batch} for _ in inputs)
-    module = policy.head if len(inputs) == 1 else MaskedHead(policy.head)
+    module = _export_module(policy, masked)
     with warnings.catch_warnings():  # torch's own deprecations inside export
         warnings.simplefilter("ignore", FutureWarning)
         warnings.simplefilter("ignore", UserWarning)
         return torch.export.export(module, inputs, dynamic_shapes=dynamic)
 
 
-def _run_file(fmt: str, out: Path, inputs: tuple[torch.Tensor, ...]) -> np.ndarray:
+def _run_file(fmt: str, out: Path, inputs: tuple[torch.Tensor, ...]) -> list[np.ndarray]:
+    """The file's outputs on ``inputs`` (one, or the scores and ``next_state``)."""
     if fmt == "pt2":
         module = torch.export.load(str(out)).module()
         with torch.inference_mode():
-            return module(*inputs).cpu().numpy()
+            got = module(*inputs)
+        return [x.cpu().numpy() for x in (got if isinstance(got, tuple | list) else (got,))]
     import onnxruntime
 
     session = onnxruntime.InferenceSession(str(out), providers=["CPUExecutionProvider"])
     names = [arg.name for arg in session.get_inputs()]
     feeds = {name: x.cpu().numpy() for name, x in zip(names, inputs, strict=True)}
-    return session.run(None, feeds)[0]
+    return list(session.run(None, feeds))
+
+
+def _spec(name: str, shape, dtype) -> dict[str, Any]:
+    return {"name": name, "shape": ["batch", *shape], "dtype": str(dtype).removeprefix("torch.")}
 
 
 def export_policy(policy, fmt: str, out: str | Path, *, batch: int = 4) -> dict[str, Any]:
@@ -121,8 +148,9 @@ def export_policy(policy, fmt: str, out: str | Path, *, batch: int = 4) -> dict[
 
     Returns:
         ``format``, ``out`` (absolute), ``bytes``, ``input`` and ``output`` (name, shape with
-        ``"batch"`` first, dtype), ``discrete`` (actions are the argmax of the output),
-        ``max_abs_diff`` between the file's output and the policy's.
+        ``"batch"`` first, dtype), ``mask`` (masked runs), ``state`` and ``next_state``
+        (recurrent policies: the second input and output), ``discrete`` (actions are the argmax
+        of the output), ``max_abs_diff`` between the file's outputs and the policy's.
 
     Raises:
         ValueError: For an unknown format, ``onnx`` without the ``onnx`` extra, or a policy
@@ -144,12 +172,18 @@ def export_policy(policy, fmt: str, out: str | Path, *, batch: int = 4) -> dict[
     out.parent.mkdir(parents=True, exist_ok=True)
     example = example_observations(policy, batch)
     masks = example_masks(policy, batch)
-    inputs = (example,) if masks is None else (example, masks)
-    input_names = ["observation"] if masks is None else ["observation", "action_mask"]
-    expected = policy.forward(example, masks).cpu().numpy()
+    states = example_states(policy, batch)
+    named = [("observation", example), ("state", states), ("action_mask", masks)]
+    named = [(name, x) for name, x in named if x is not None]
+    inputs = tuple(x for _, x in named)
+    input_names = [name for name, _ in named]
     head = policy.head
+    output_names = [head.output] if states is None else [head.output, "next_state"]
+    forward = policy.forward(example, masks, states) if states is not None else None
+    outputs = forward if forward is not None else (policy.forward(example, masks),)
+    expected = [x.cpu().numpy() for x in outputs]
     try:
-        program = _export_program(policy, inputs)
+        program = _export_program(policy, inputs, masks is not None)
         if fmt == "pt2":
             torch.export.save(program, str(out))
         else:
@@ -161,7 +195,7 @@ def export_policy(policy, fmt: str, out: str | Path, *, batch: int = 4) -> dict[
                     inputs,
                     dynamo=True,
                     input_names=input_names,
-                    output_names=[head.output],
+                    output_names=output_names,
                     verbose=False,
                 )
             onnx_program.save(str(out))
@@ -169,38 +203,36 @@ def export_policy(policy, fmt: str, out: str | Path, *, batch: int = 4) -> dict[
     except Exception as err:  # torch.export / ONNX conversion of the user's network
         name = type(policy.network).__name__
         raise ExportError(f"{fmt}: exporting {name} failed: {err}") from err
-    diff = float(np.max(np.abs(got.astype(np.float64) - expected))) if expected.size else 0.0
-    close = np.allclose(got, expected, rtol=TOLERANCE, atol=TOLERANCE)
-    if got.shape != expected.shape or not close:
+    if len(got) != len(expected):
         raise ExportError(
-            f"{out}: the exported {fmt} gives {got.shape} differing by {diff:.3g} from the policy "
-            f"(tolerance {TOLERANCE}, relative and absolute)"
+            f"{out}: the exported {fmt} gives {len(got)} outputs, not {len(expected)}"
         )
-    return {
+    diff = 0.0
+    for name, value, want in zip(output_names, got, expected, strict=True):
+        same = value.shape == want.shape
+        if same and want.size:
+            diff = max(diff, float(np.max(np.abs(value.astype(np.float64) - want))))
+        if not same or not _close(value, want):
+            raise ExportError(
+                f"{out}: the exported {fmt} gives {name} {value.shape} differing by {diff:.3g} "
+                f"from the policy (tolerance {TOLERANCE}, relative and absolute)"
+            )
+    result = {
         "format": fmt,
         "out": str(out),
         "bytes": out.stat().st_size,
-        "input": {
-            "name": "observation",
-            "shape": ["batch", *policy.observation_shape],
-            "dtype": str(example.dtype).removeprefix("torch."),
-        },
-        **(
-            {}
-            if masks is None
-            else {
-                "mask": {
-                    "name": "action_mask",
-                    "shape": ["batch", *masks.shape[1:]],
-                    "dtype": "bool",
-                }
-            }
-        ),
-        "output": {
-            "name": head.output,
-            "shape": ["batch", *expected.shape[1:]],
-            "dtype": str(expected.dtype),
-        },
+        "input": _spec("observation", policy.observation_shape, example.dtype),
+        "output": _spec(head.output, expected[0].shape[1:], expected[0].dtype),
         "discrete": head.discrete,
         "max_abs_diff": diff,
     }
+    if masks is not None:
+        result["mask"] = _spec("action_mask", masks.shape[1:], "bool")
+    if states is not None:
+        result["state"] = _spec("state", states.shape[1:], "float32")
+        result["next_state"] = _spec("next_state", states.shape[1:], "float32")
+    return result
+
+
+def _close(got: np.ndarray, expected: np.ndarray) -> bool:
+    return bool(np.allclose(got, expected, rtol=TOLERANCE, atol=TOLERANCE))

@@ -10,10 +10,16 @@ by construction:
   for ``MultiDiscrete(nvec)`` the concatenated logits ``[B, sum(nvec)]`` (the mode: each
   dimension's argmax), for ``MultiBinary(n)`` the bits' logits (the mode: the positive ones).
 
-With ``collector.action_mask_key`` :class:`MaskedHead` takes the mask as a second input.
 * ``squashed`` (SAC): the mean action ``center + half_range * tanh(mean)`` in the bounds.
 * ``agents`` (IQL, VDN, QMIX): per-agent Q-values ``[B, n_agents, n_actions]`` from the
   agents' observations ``[B, n_agents, width]`` (the network appends the agent ids).
+* ``recurrent_q``, ``recurrent_actor_critic`` (``learner.recurrent``): what ``q`` and
+  ``actor_critic`` give, from one step's observations ``[B, *obs_shape]`` and the state before
+  the step ``[B, state_size]``; ``forward(observation, state)`` returns the scores (or action)
+  and the state after the step, ``next_state`` (the network runs a sequence of length 1).
+
+With ``collector.action_mask_key`` :class:`MaskedHead` (:class:`RecurrentMaskedHead` for the
+recurrent families) takes the mask as its last input.
 
 Examples:
     >>> import gymnasium as gym
@@ -24,6 +30,8 @@ Examples:
 """
 
 from __future__ import annotations
+
+from collections.abc import Mapping
 
 import gymnasium as gym
 import numpy as np
@@ -37,7 +45,10 @@ OUTPUTS = {
     "actor_critic": "logits",
     "squashed": "action",
     "agents": "q_values",
+    "recurrent_q": "q_values",
+    "recurrent_actor_critic": "logits",
 }
+RECURRENT_FAMILIES = ("recurrent_q", "recurrent_actor_critic")
 
 
 class PolicyHead(nn.Module):
@@ -45,12 +56,15 @@ class PolicyHead(nn.Module):
 
     Args:
         network: The trained network of the family.
-        family: ``q``, ``actor_critic``, ``squashed`` or ``agents``.
+        family: ``q``, ``actor_critic``, ``squashed``, ``agents``, ``recurrent_q`` or
+            ``recurrent_actor_critic``.
         action_space: The env's action space (bounds of a ``Box``; discrete or not).
 
     Attributes:
-        output: What ``forward`` returns: ``q_values``, ``logits`` or ``action``.
+        output: What ``forward`` returns: ``q_values``, ``logits`` or ``action`` (recurrent
+            families: that and ``next_state``).
         discrete: Whether actions are the argmax of the output over its last axis.
+        recurrent: Whether ``forward`` takes and returns a state.
     """
 
     def __init__(self, network: nn.Module, family: str, action_space: gym.Space) -> None:
@@ -59,8 +73,10 @@ class PolicyHead(nn.Module):
             raise ValueError(f"family: must be one of {tuple(OUTPUTS)}, got {family!r}")
         self.network = network
         self.family = family
+        self.recurrent = family in RECURRENT_FAMILIES
+        base = family.removeprefix("recurrent_")
         factorised = gym.spaces.MultiDiscrete | gym.spaces.MultiBinary
-        self.factorised = family == "actor_critic" and isinstance(action_space, factorised)
+        self.factorised = base == "actor_critic" and isinstance(action_space, factorised)
         self.nvec = (
             tuple(int(n) for n in action_space.nvec)
             if self.factorised and isinstance(action_space, gym.spaces.MultiDiscrete)
@@ -69,23 +85,42 @@ class PolicyHead(nn.Module):
         self.discrete = not self.factorised and isinstance(
             action_space, gym.spaces.Discrete | gym.spaces.MultiDiscrete
         )
-        scores = self.discrete or self.factorised or family != "actor_critic"
+        scores = self.discrete or self.factorised or base != "actor_critic"
         self.output = OUTPUTS[family] if scores else "action"
-        self.clipped = family == "actor_critic" and not scores
+        self.clipped = base == "actor_critic" and not scores
         if self.clipped:
             low = torch.as_tensor(np.asarray(action_space.low, np.float32))
             high = torch.as_tensor(np.asarray(action_space.high, np.float32))
             self.register_buffer("low", low, persistent=False)
             self.register_buffer("high", high, persistent=False)
 
-    def forward(self, observation: torch.Tensor) -> torch.Tensor:
-        """Action scores (``q_values``, ``logits``) or the action, batched."""
+    def forward(self, observation, state: torch.Tensor | None = None):
+        """Action scores (``q_values``, ``logits``) or the action, batched.
+
+        Args:
+            observation: ``[B, *obs_shape]`` (or a mapping of such, structured observations).
+            state: The recurrent families' state before the step, ``[B, state_size]``
+                (required for them, ignored by the others).
+
+        Returns:
+            The scores or action; for the recurrent families ``(scores or action,
+            next_state)``.
+        """
         if self.family == "squashed":
             return self.network.mode(observation)
+        if self.recurrent:
+            if isinstance(observation, Mapping):
+                steps = {key: value.unsqueeze(1) for key, value in observation.items()}
+            else:
+                steps = observation.unsqueeze(1)
+            out, *_, next_state = self.network(steps, state)
+            return self._clip(out[:, 0]), next_state
         if self.family == "actor_critic":
-            out = self.network(observation)[0]
-            return torch.minimum(torch.maximum(out, self.low), self.high) if self.clipped else out
+            return self._clip(self.network(observation)[0])
         return self.network(observation)
+
+    def _clip(self, out: torch.Tensor) -> torch.Tensor:
+        return torch.minimum(torch.maximum(out, self.low), self.high) if self.clipped else out
 
     def actions(self, output: torch.Tensor) -> torch.Tensor:
         """The deterministic actions of :meth:`forward`'s output."""
@@ -111,3 +146,22 @@ class MaskedHead(nn.Module):
     def forward(self, observation: torch.Tensor, action_mask: torch.Tensor) -> torch.Tensor:
         """The masked action scores, batched."""
         return masked_logits(self.head(observation), action_mask)
+
+
+class RecurrentMaskedHead(nn.Module):
+    """:class:`MaskedHead` for a recurrent family: ``forward(observation, state, action_mask)``.
+
+    Returns ``(masked scores, next_state)``: what an exported recurrent policy of a masked run
+    computes.
+    """
+
+    def __init__(self, head: PolicyHead) -> None:
+        super().__init__()
+        self.head = head
+
+    def forward(
+        self, observation: torch.Tensor, state: torch.Tensor, action_mask: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The masked action scores and the state after the step, batched."""
+        scores, next_state = self.head(observation, state)
+        return masked_logits(scores, action_mask), next_state

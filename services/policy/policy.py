@@ -15,6 +15,10 @@ A run with action masks (``collector.action_mask_key``) takes the mask with the 
 "action_mask"}``); forbidden actions are never returned. A multi-agent policy takes one mask
 per agent, ``[n_agents, n_actions]`` (or ``[B, n_agents, n_actions]``), or the env wrapper's
 mapping with the masks added under that key.
+
+A recurrent policy (``learner.recurrent``, :mod:`services.policy.memory`) takes the state with
+the observation and returns the next one: ``action, state = policy.act(obs, state=state)``,
+starting from ``policy.initial_state()`` (or ``state=None``) at every episode's first step.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ from collector.networks.distributions import masked_logits
 from services.policy.agents import AgentFeatures
 from services.policy.frames import FrameStack
 from services.policy.heads import PolicyHead
+from services.policy.memory import StateInput
 from services.policy.structured import StructuredInput
 
 
@@ -60,6 +65,11 @@ class Policy:
         >>> policy = load_policy("~/relayrl_results/<run id>")  # doctest: +SKIP
         >>> action = policy.act(observation)  # one observation: one action  # doctest: +SKIP
         >>> actions = policy.act(observations)  # [B, ...]: [B] actions  # doctest: +SKIP
+
+        A recurrent policy (``policy.recurrent``) carries a state from step to step:
+
+        >>> state = policy.initial_state()  # an episode's first step  # doctest: +SKIP
+        >>> action, state = policy.act(observation, state=state)  # doctest: +SKIP
     """
 
     def __init__(
@@ -102,6 +112,10 @@ class Policy:
         self.seed = config.seed if seed is None else seed
         self.mask_key = config.collector.action_mask_key or None
         self._sampler = None
+        self.recurrent = self.head.recurrent
+        self.states = (
+            StateInput(int(network.initial_state(1).shape[-1])) if self.recurrent else None
+        )
 
     def __repr__(self) -> str:
         return (
@@ -109,8 +123,25 @@ class Policy:
             f"{self.device}, checkpoint={str(self.checkpoint) if self.checkpoint else None})"
         )
 
+    def initial_state(self, batch: int | None = None) -> np.ndarray:
+        """A recurrent policy's state at an episode's first step: zeros, float32.
+
+        Args:
+            batch: None: ``[state_size]`` (one observation); else ``[batch, state_size]``.
+
+        Raises:
+            ValueError: For a feed-forward policy (it has no state).
+        """
+        if self.states is None:
+            raise ValueError("initial_state: the policy is feed-forward; it has no state")
+        return self.states.initial(batch)
+
     def reset(self) -> None:
-        """A new episode: clears the frame stacks and the agents' previous actions."""
+        """A new episode: clears the frame stacks and the agents' previous actions.
+
+        A recurrent policy's state is the caller's: start the episode from
+        :meth:`initial_state`.
+        """
         if self.frames is not None:
             self.frames.reset()
         if self.agents is not None:
@@ -118,16 +149,32 @@ class Policy:
         if self.structured is not None:
             self.structured.reset()
 
-    def forward(self, observation: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(
+        self,
+        observation: torch.Tensor,
+        mask: torch.Tensor | None = None,
+        state: torch.Tensor | None = None,
+    ):
         """The head's output for a batch of tensors (what an exported file computes).
 
-        With ``mask`` (``[B, width]``) forbidden actions score the dtype's minimum.
+        With ``mask`` (``[B, width]``) forbidden actions score the dtype's minimum. A recurrent
+        policy takes ``state`` ``[B, state_size]`` (None: zeros) and returns ``(output,
+        next_state)``.
         """
         with torch.inference_mode():
-            out = self.head(observation.to(self.device, self.dtype))
-            return out if mask is None else masked_logits(out, mask.to(self.device))
+            observation = observation.to(self.device, self.dtype)
+            if self.recurrent:
+                if state is None:
+                    state = torch.as_tensor(self.states.initial(len(observation)))
+                out, next_state = self.head(observation, state.to(self.device, torch.float32))
+            else:
+                out, next_state = self.head(observation), None
+            out = out if mask is None else masked_logits(out, mask.to(self.device))
+            return out if next_state is None else (out, next_state)
 
-    def act(self, observation: Any, deterministic: bool = True, *, mask: Any = None):
+    def act(
+        self, observation: Any, deterministic: bool = True, *, mask: Any = None, state: Any = None
+    ):
         """The action for one observation, or the actions for a batch.
 
         Args:
@@ -140,18 +187,28 @@ class Policy:
                 multi-agent policy's ``[n_agents, n_actions]`` or ``[B, n_agents,
                 n_actions]``); None: all, or the mask entry of a ``Dict`` observation
                 (``collector.action_mask_key``).
+            state: A recurrent policy's state before the step: ``[state_size]`` for one
+                observation, ``[B, state_size]`` for a batch (what the previous ``act``
+                returned); None or :meth:`initial_state` at an episode's first step.
 
         Returns:
             ``[*action_shape]`` or ``[B, *action_shape]``: numpy for numpy input, a tensor on
-            the input's device for torch input.
+            the input's device for torch input. A recurrent policy returns ``(actions,
+            next_state)``, the state in the same form.
 
         Raises:
-            ValueError: Naming the shape expected, for an observation of another shape.
+            ValueError: Naming the shape expected, for an observation or a state of another
+                shape, or a state handed to a feed-forward policy.
         """
+        if state is not None and not self.recurrent:
+            raise ValueError(
+                "state: the policy is feed-forward (trained without learner.recurrent); "
+                "act(observation) takes no state"
+            )
         as_torch, device = _tensor_kind(observation)
         observation, mask = self._split_mask(observation, mask)
         if self.structured is not None:
-            return self._act_structured(observation, deterministic, as_torch, device, mask)
+            return self._act_structured(observation, deterministic, as_torch, device, mask, state)
         observation = self._features(observation)
         shape = self.observation_shape
         single = observation.ndim == len(shape)
@@ -163,16 +220,31 @@ class Policy:
             )
         if mask is not None:
             mask = self._batched_mask(mask, batch.shape[0])
+        states = (
+            None if self.states is None else self.states.batched(state, len(batch), single=single)
+        )
+        next_state = None
         if deterministic:
             tensor = torch.as_tensor(batch).to(self.device, self.dtype)
-            scores = self.forward(tensor, None if mask is None else torch.from_numpy(mask))
+            torch_mask = None if mask is None else torch.from_numpy(mask)
+            if states is None:
+                scores = self.forward(tensor, torch_mask)
+            else:
+                scores, next_state = self.forward(tensor, torch_mask, torch.from_numpy(states))
             actions = self.head.actions(scores).cpu().numpy()
         else:
-            actions = self._sample(batch, mask)
+            actions, next_state = self._sample(batch, mask, states)
         if self.agents is not None and single:
             self.agents.record(actions[0])
+        return self._returned(actions, next_state, single, as_torch, device)
+
+    def _returned(self, actions, next_state, single: bool, as_torch: bool, device):
         actions = actions[0] if single else actions
-        return torch.as_tensor(actions, device=device) if as_torch else actions
+        actions = torch.as_tensor(actions, device=device) if as_torch else actions
+        if self.states is None:
+            return actions
+        kind = {"single": single, "as_torch": as_torch, "device": device}
+        return actions, self.states.returned(next_state, **kind)
 
     def _batched_mask(self, mask, size: int) -> np.ndarray:
         """``mask`` as bool ``[B, *mask_shape]`` (one mask per agent for multi-agent policies).
@@ -215,28 +287,28 @@ class Policy:
         mask = observation[key] if mask is None else mask
         return (next(iter(rest.values())) if len(rest) == 1 else rest), mask
 
-    def _act_structured(self, observation, deterministic: bool, as_torch: bool, device, mask=None):
+    def _act_structured(
+        self, observation, deterministic: bool, as_torch: bool, device, mask=None, state=None
+    ):
         batch, single = self.structured(observation, self.device)
+        size = len(next(iter(batch.values())))
         if mask is not None:
-            mask = self._batched_mask(mask, len(next(iter(batch.values()))))
+            mask = self._batched_mask(mask, size)
+        states = None if self.states is None else self.states.batched(state, size, single=single)
+        next_state = None
         if deterministic:
             with torch.inference_mode():
-                out = self.head(batch)
+                if states is None:
+                    out = self.head(batch)
+                else:
+                    out, next_state = self.head(batch, torch.from_numpy(states).to(self.device))
                 if mask is not None:
                     out = masked_logits(out, torch.from_numpy(mask).to(self.device))
                 actions = self.head.actions(out).cpu().numpy()
         else:
-            if self._sampler is None:
-                self._sampler = self.collector_policy(np.random.SeedSequence([self.seed, 0x5A3B]))
             arrays = {key: value.cpu().numpy() for key, value in batch.items()}
-            explore = self.exploration()
-            with torch.inference_mode():
-                if mask is None:
-                    actions = np.asarray(self._sampler.act(arrays, explore)[0])
-                else:
-                    actions = np.asarray(self._sampler.act(arrays, explore, mask=mask)[0])
-        actions = actions[0] if single else actions
-        return torch.as_tensor(actions, device=device) if as_torch else actions
+            actions, next_state = self._sample(arrays, mask, states)
+        return self._returned(actions, next_state, single, as_torch, device)
 
     def _features(self, observation):
         if self.agents is not None:
@@ -251,20 +323,23 @@ class Policy:
             return self.frames.push(observation)
         return observation
 
-    def _sample(self, batch, mask: np.ndarray | None = None) -> np.ndarray:
+    def _sample(self, batch, mask: np.ndarray | None = None, states: np.ndarray | None = None):
+        """Sampled actions (the run's collector policy) and, if recurrent, the next state."""
         if self._sampler is None:
             self._sampler = self.collector_policy(np.random.SeedSequence([self.seed, 0x5A3B]))
-        array = batch.cpu().numpy() if isinstance(batch, torch.Tensor) else np.asarray(batch)
-        dtype = np.uint8 if self.dtype == torch.uint8 else np.float32
-        array = np.ascontiguousarray(array, dtype=dtype)
+        array: Any = batch  # a structured observation's arrays as they are
+        if not isinstance(batch, dict):
+            array = batch.cpu().numpy() if isinstance(batch, torch.Tensor) else np.asarray(batch)
+            dtype = np.uint8 if self.dtype == torch.uint8 else np.float32
+            array = np.ascontiguousarray(array, dtype=dtype)
         if self.agents is not None:
             array = {"observation": array}
+        kwargs: dict[str, Any] = {} if mask is None else {"mask": mask}
+        if states is not None:
+            kwargs["state"] = states
         with torch.inference_mode():
-            if mask is None:
-                actions, _ = self._sampler.act(array, self.exploration())
-            else:
-                actions, _ = self._sampler.act(array, self.exploration(), mask=mask)
-        return np.asarray(actions)
+            actions, _, *next_state = self._sampler.act(array, self.exploration(), **kwargs)
+        return np.asarray(actions), (next_state[0] if next_state else None)
 
 
 def _tensor_kind(observation) -> tuple[bool, torch.device | None]:

@@ -6,7 +6,8 @@ One iteration:
    transitions, or one complete episode per env for REINFORCE) into the FIFO tables;
 2. the learners run one round of ``num_epochs x num_minibatches`` optimizer steps on exactly
    that batch (each rank takes ``batch / world_size`` items and trains every epoch on a fresh
-   shuffle of them), and rank 0 publishes;
+   shuffle of them; a recurrent policy's items are whole sequences, ``collector.sequences``),
+   and rank 0 publishes;
 3. the tables are cleared, and the next iteration collects with the new version.
 
 The learners report the largest ``version - policy_version`` of the items they trained on; it
@@ -26,6 +27,7 @@ from typing import TYPE_CHECKING
 
 from learner.ranks.sampling import EpochPlan
 from learner.receipts import ProtocolError
+from services.config.recipes import algorithm_for
 
 if TYPE_CHECKING:
     from services.driver.views import LoopView
@@ -44,11 +46,23 @@ class OnPolicyLoop:
         self.controller = controller
         self.config = controller.config
         self.iteration = 0
+        algorithm = algorithm_for(self.config)
+        # A recurrent policy's items are sequences (collector.sequences): of a fixed length
+        # over fixed-length rollouts; over complete episodes, as many as their lengths need,
+        # counted from the rollouts' write receipts.
+        self.sequence_length = algorithm.sequence_length(self.config)
+        self.counts_items = bool(self.sequence_length) and algorithm.transform == "episodes"
+        self.items_written = 0
+        self._hooked = False
 
     def _collect(self) -> int | None:
         """One rollout per collector; returns the transitions stored, None if one was lost."""
         c, cfg = self.controller, self.config.collector
         assert c.collectors is not None  # set up before the loop runs
+        if self.counts_items and not self._hooked:  # the hooks exist once the controller is
+            c.register("rollout", self._on_rollout)
+            self._hooked = True
+        self.items_written = 0
         exploration = c.exploration()
         for index in c.elastic.collecting():
             ticket = c.collectors.rollout(index, cfg.rollout_frames, exploration, c.weights)
@@ -61,9 +75,16 @@ class OnPolicyLoop:
             return None
         return c.counters.transitions - before
 
+    def _on_rollout(self, _run, receipt) -> None:
+        self.items_written += sum(write.num_items for write in receipt.writes)
+
     def _plan(self, transitions: int) -> EpochPlan:
         options = self.config.learner.onpolicy
-        items = transitions // self.config.learner.world_size
+        if self.counts_items:
+            items = self.items_written
+        else:
+            items = transitions // (self.sequence_length or 1)
+        items //= self.config.learner.world_size
         return EpochPlan(items, options.num_epochs, options.num_minibatches)
 
     def _learn(self, transitions: int) -> bool:
