@@ -107,6 +107,11 @@ def check(config) -> None:
             "batch; num_epochs and num_minibatches must be 1, got "
             f"{options.num_epochs} and {options.num_minibatches}"
         )
+    if options.bptt_length and learner.recurrent == "none":
+        raise AlgorithmConfigError(
+            "learner.onpolicy.bptt_length: cuts a recurrent policy's rollouts into sequences; "
+            f"set learner.recurrent (lstm or gru) or leave it 0, got {options.bptt_length}"
+        )
     if algo.transform == "episodes":
         return  # the batch is whatever complete episodes make
     batch, items = collector.fleet_size * collector.rollout_frames, "transitions"
