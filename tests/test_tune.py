@@ -105,8 +105,7 @@ def test_pbt_exploits_with_the_mutated_lr_applied_and_an_interrupted_search_resu
     space = {"learner.lr": {"loguniform": [5e-4, 5e-3]}, "collector.epsilon_end": [1.0, 0.01]}
     tune_dir = tmp_path / "pbt"
     argv = ["--space", space_file(tmp_path, space), "--scheduler", "pbt", "--num-samples", "1"]
-    # A perturbation every 1,500 frames: each exploit restarts a trial's run, so fewer of them.
-    argv += ["--max-frames", "6000", "--perturbation-frames", "1500", "--dir", str(tune_dir)]
+    argv += ["--max-frames", "6000", "--perturbation-frames", "750", "--dir", str(tune_dir)]
     callback = InterruptAfterFirstExploit(tune_dir)
     sets = [*SETS, "--set", "controller.log_interval_s=0.5"]
     assert tune_cli.main([*argv, *sets], callbacks=[callback]) == 130
