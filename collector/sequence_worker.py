@@ -149,14 +149,16 @@ class SequenceWorker(CountsEpisodes):
             for t in range(num_steps):
                 actions, _, next_state = self.policy.act(obs, explore, state=state)
                 actions = np.asarray(actions)
-                next_obs, reward, terminated, truncated, _ = self.envs.step(actions)
                 if self.buffers is None:
                     self.buffers = self._allocate(np.asarray(obs), actions)
                 buf = self.buffers
                 real = ~self.resetting
                 rows = np.flatnonzero(real)
                 at = self.cursor[rows]
+                # Stored before stepping: the vector env reuses its observation buffer
+                # (copy=False), so ``obs`` holds the next observation once it has stepped.
                 buf["observation"][rows, at] = np.asarray(obs)[rows]
+                next_obs, reward, terminated, truncated, _ = self.envs.step(actions)
                 buf["action"][rows, at] = actions[rows]
                 buf["reward"][rows, at] = reward[rows]
                 buf["terminated"][rows, at] = terminated[rows]

@@ -48,11 +48,12 @@ def q_spec(obs_dim=2, kind="lstm"):
     )
 
 
-def test_sequences_never_span_two_episodes_overlap_and_count_each_step_once():
+@pytest.mark.parametrize("copy", [True, False])  # relayrl's own vector envs reuse buffers
+def test_sequences_never_span_two_episodes_overlap_and_count_each_step_once(copy):
     torch.manual_seed(0)
     spec = q_spec()
     policy = spec.make_policy(spec.build(), np.random.SeedSequence(0))
-    envs = gym.vector.SyncVectorEnv([CounterEnv for _ in range(3)])  # NEXT_STEP autoreset
+    envs = gym.vector.SyncVectorEnv([CounterEnv for _ in range(3)], copy=copy)  # NEXT_STEP
     worker = SequenceWorker(envs, policy, [1, 2, 3], length=8, overlap=3, burn_in=2)
     batches = [worker.rollout(37, 0.5, policy_version=v) for v in range(4)]
     items = {k: np.concatenate([b.transitions[k] for b in batches]) for k in batches[0].transitions}
