@@ -11,12 +11,14 @@ Layout:
       baseline), :class:`SACLoss` (twin Q, Polyak targets, learned temperature),
       :class:`MultiAgentQLoss` (IQL, VDN, QMIX over a shared agent network; the mixers in
       ``losses.mixers``), :class:`IMPALALoss` and :class:`APPOLoss` (V-trace over trajectory
-      chunks; ``vtrace``: V-trace itself, pure torch); ``LearnerConfig.loss`` names one, a
+      chunks; ``vtrace``: V-trace itself, pure torch), :class:`SequenceQLoss` (Q-learning over
+      stored sequences: recurrent DQN, and :class:`R2D2Loss` on top of it);
+      ``LearnerConfig.loss`` names one, a
       user ``"module:factory"``, or a
       TorchRL class (``torchrl:DQNLoss`` for ``dqn``, ``torchrl:ClipPPOLoss`` for ``ppo``: the
       ``torchrl`` extra, built around the same networks, ``losses.torchrl_loss`` and
       ``losses.torchrl_ppo``); ``options``: their settings (``learner.onpolicy``,
-      ``learner.vtrace``, ``learner.sac``, ``learner.marl``).
+      ``learner.vtrace``, ``learner.sac``, ``learner.marl``, ``learner.dqn``, ``learner.r2d2``).
     * ``loss``: :class:`LossDispatch` routes named loss methods through DDP.
     * ``stepper``: the :class:`Stepper` protocol and :class:`DefaultStepper` (clip by norm or
       value, ``grad_norm``, optional LR scheduler); ``precision``: :class:`MixedPrecisionStepper`

@@ -42,6 +42,7 @@ STARTED_ELSEWHERE = {
     "spread_iql.yaml": "test_marl_run.py",
     "spread_qmix.yaml": "test_marl_run.py",
     "spread_vdn.yaml": "test_marl_run.py",
+    "statelesscartpole_dqn_lstm.yaml": "test_dqn_recurrent.py",
     "statelesscartpole_r2d2.yaml": "test_r2d2_run.py",
 }
 # Built in process only (a start adds nothing the others do not): the external-actor config

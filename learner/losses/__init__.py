@@ -4,7 +4,12 @@ A loss maps a TensorDict batch to a TensorDict whose ``loss_*`` entries the step
 (their sum, or one named method per optimizer); other entries are detached diagnostics, and a
 per-item ``td_error`` can feed prioritized replay. Each module's docstring states the math.
 
-    * ``dqn``: :class:`DQNLoss` (double DQN, Huber, n-step discounts, importance weights).
+    * ``dqn``: :class:`DQNLoss` (double DQN, Huber, n-step discounts, importance weights);
+      with ``learner.recurrent``, recurrent DQN over stored sequences (``sequence_q``).
+    * ``sequence_q``: :class:`SequenceQLoss`, Q-learning over stored sequences (burn-in from
+      the stored state, n-step double-Q targets within each sequence, masks, mixed sequence
+      priorities), shared by recurrent DQN and ``r2d2``: :class:`R2D2Loss` (the core with a
+      squared penalty and value rescaling).
     * ``ppo``: :class:`PPOLoss` (clipped surrogate, optionally clipped value loss, entropy).
     * ``a2c``: :class:`A2CLoss` (advantage actor-critic, one step per batch).
     * ``reinforce``: :class:`ReinforceLoss` (Monte-Carlo policy gradient, optional baseline).

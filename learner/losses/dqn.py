@@ -2,6 +2,11 @@
 
 Dueling heads (Wang et al., 2016) are a property of the Q-network (``learner.dueling``, see
 ``collector.networks.q_mlp.DuelingHead``), not of the loss.
+
+With ``learner.recurrent`` the factory builds recurrent DQN instead: the sequence Q-learning
+core (``learner.losses.sequence_q.SequenceQLoss``) with this loss's Huber penalty and double
+Q-learning, n-step returns over each sequence (``learner.dqn.n_step``) and a mixed sequence
+priority (``learner.dqn.priority_eta``).
 """
 
 from __future__ import annotations
@@ -92,6 +97,21 @@ class DQNLoss(nn.Module):
                 target.lerp_(online, tau)
 
 
-def dqn_loss(policy_network: nn.Module, config) -> DQNLoss:
-    """The built-in ``loss: dqn`` factory."""
+def dqn_loss(policy_network: nn.Module, config) -> nn.Module:
+    """The built-in ``loss: dqn`` factory: :class:`DQNLoss`, or recurrent DQN's sequence loss.
+
+    With ``learner.recurrent`` (a ``RecurrentQ`` network, sequence batches) it returns a
+    ``SequenceQLoss`` with DQN's Huber penalty, ``double_dqn`` and ``learner.dqn``'s options.
+    """
+    if config.recurrent != "none":
+        from learner.losses.sequence_q import SequenceQLoss
+
+        return SequenceQLoss(
+            policy_network,
+            gamma=config.gamma,
+            n_step=config.dqn.n_step,
+            double_q=config.double_dqn,
+            penalty="huber",
+            priority_eta=config.dqn.priority_eta,
+        )
     return DQNLoss(policy_network, gamma=config.gamma, double_dqn=config.double_dqn)

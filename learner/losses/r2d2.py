@@ -1,5 +1,9 @@
 """R2D2: recurrent double DQN over stored sequences (Kapturowski et al., ICLR 2019).
 
+R2D2 is the sequence Q-learning core (``learner.losses.sequence_q``: burn-in, n-step double-Q
+targets over each sequence, masks, target updates) with a squared penalty, value rescaling ``h``
+and the mixed sequence priority. Its math, whole:
+
 A batch holds sequences (``collector.sequence_worker``): observations ``o_0 .. o_L``, actions,
 rewards, ``terminated``, ``valid [B, L]`` (False on padding), the stored state ``s`` before
 step 0 and the burn-in length ``b``. With ``Q`` the online and ``Q'`` the target network::
@@ -27,11 +31,10 @@ neither the loss, nor the priority, nor a state (``collector.networks.recurrent`
 
 from __future__ import annotations
 
-import copy
-
 import torch
-from tensordict import TensorDict
 from torch import nn
+
+from learner.losses.sequence_q import SequenceQLoss, mixed_priority
 
 
 def rescale(x: torch.Tensor, eps: float = 1e-3) -> torch.Tensor:
@@ -51,23 +54,7 @@ def unrescale(x: torch.Tensor, eps: float = 1e-3) -> torch.Tensor:
     return torch.sign(x) * (root**2 - 1.0)
 
 
-def mixed_priority(td_abs: torch.Tensor, mask: torch.Tensor, eta: float) -> torch.Tensor:
-    """``eta * max_t |delta| + (1 - eta) * mean_t |delta|`` per row over ``mask``ed steps.
-
-    Rows with no masked step get 0.
-
-    Examples:
-        >>> td = torch.tensor([[1.0, 3.0, 9.0]]); mask = torch.tensor([[True, True, False]])
-        >>> mixed_priority(td, mask, 0.9)  # 0.9 * 3 + 0.1 * 2
-        tensor([2.9000])
-    """
-    td_abs = torch.where(mask, td_abs, torch.zeros_like(td_abs))
-    count = mask.sum(-1)
-    mean = td_abs.sum(-1) / count.clamp(min=1)
-    return eta * td_abs.max(-1).values + (1.0 - eta) * mean
-
-
-class R2D2Loss(nn.Module):
+class R2D2Loss(SequenceQLoss):
     """R2D2's sequence loss (the module docstring has the math).
 
     Args:
@@ -92,10 +79,14 @@ class R2D2Loss(nn.Module):
         value_rescaling: bool = True,
         rescale_epsilon: float = 1e-3,
     ) -> None:
-        super().__init__()
-        self.value_network = value_network
-        self.target_network = copy.deepcopy(value_network).requires_grad_(False)
-        self.gamma, self.n_step, self.eta = gamma, n_step, priority_eta
+        super().__init__(
+            value_network,
+            gamma=gamma,
+            n_step=n_step,
+            double_q=True,
+            penalty="squared",
+            priority_eta=priority_eta,
+        )
         self.value_rescaling, self.eps = value_rescaling, rescale_epsilon
 
     def _h(self, x: torch.Tensor) -> torch.Tensor:
@@ -103,79 +94,6 @@ class R2D2Loss(nn.Module):
 
     def _h_inv(self, x: torch.Tensor) -> torch.Tensor:
         return unrescale(x, self.eps) if self.value_rescaling else x
-
-    def forward(self, batch: TensorDict) -> TensorDict:
-        """Returns ``loss_q``, ``q_mean`` and the items' mixed priorities (``td_error``)."""
-        obs, valid = batch["observation"], batch["valid"].to(torch.bool)
-        state = batch["recurrent_state"]
-        stored_burn_in = batch.get("burn_in", None)  # every item of a run has the same
-        burn_in = 0 if stored_burn_in is None else int(stored_burn_in.reshape(-1)[0])
-        # o_0 is real; o_{t+1} exists where step t is real (o_E is the bootstrap state).
-        obs_valid = torch.cat([torch.ones_like(valid[:, :1]), valid], dim=1)
-        online_state, target_state = state, state
-        if burn_in:
-            with torch.no_grad():
-                _, online_state = self.value_network(
-                    obs[:, :burn_in], state, valid=obs_valid[:, :burn_in]
-                )
-                _, target_state = self.target_network(
-                    obs[:, :burn_in], state, valid=obs_valid[:, :burn_in]
-                )
-        learn_obs, learn_valid = obs[:, burn_in:], obs_valid[:, burn_in:]
-        q_all, _ = self.value_network(learn_obs, online_state.detach(), valid=learn_valid)
-        steps = valid.shape[1] - burn_in  # learning steps t = b .. L-1, at index t - b
-        action = batch["action"][:, burn_in:].long()
-        q_taken = q_all[:, :steps].gather(-1, action.unsqueeze(-1)).squeeze(-1)
-        with torch.no_grad():
-            q_next, _ = self.target_network(learn_obs, target_state, valid=learn_valid)
-            best = q_all.detach().argmax(-1, keepdim=True)
-            bootstrap = self._h_inv(q_next.gather(-1, best).squeeze(-1))  # [B, steps + 1]
-            target = self._n_step_targets(batch, valid, burn_in, bootstrap)
-        mask = valid[:, burn_in:]
-        td = target - q_taken
-        weight = batch.get("weight", None)
-        per_item = (0.5 * td.pow(2) * mask).sum(-1) / mask.sum(-1).clamp(min=1)
-        if weight is not None:
-            per_item = weight.reshape(-1).to(per_item.dtype) * per_item
-        priority = mixed_priority(td.detach().abs(), mask, self.eta)
-        q_mean = (q_taken.detach() * mask).sum() / mask.sum().clamp(min=1)
-        return TensorDict(
-            {
-                "loss_q": per_item.mean(),
-                "q_mean": q_mean,
-                "td_error": priority,
-            },
-            batch_size=[],
-        )
-
-    def _n_step_targets(self, batch, valid, burn_in: int, bootstrap: torch.Tensor):
-        """``y_t`` for ``t = b .. L-1`` (``[B, L - b]``); ``bootstrap[:, j]`` is at ``o_{b+j}``."""
-        reward = batch["reward"].to(bootstrap.dtype) * valid
-        terminated = batch["terminated"].to(torch.bool) & valid
-        length = valid.shape[1]
-        real = valid.sum(-1, keepdim=True)  # E per row
-        t = torch.arange(burn_in, length, device=valid.device).unsqueeze(0)  # [1, steps]
-        k = (real - t).clamp(min=1, max=self.n_step)  # [B, steps]
-        ret = torch.zeros_like(k, dtype=bootstrap.dtype)
-        padded = torch.nn.functional.pad(reward, (0, self.n_step))
-        for i in range(self.n_step):
-            ret = ret + (i < k).to(ret.dtype) * self.gamma**i * padded[:, burn_in + i : length + i]
-        end = t + k  # the bootstrap observation's index
-        ended = terminated.any(-1, keepdim=True) & (end == real)
-        value = bootstrap.gather(1, (end - burn_in).clamp(max=bootstrap.shape[1] - 1))
-        discount = torch.pow(torch.full_like(ret, self.gamma), k.to(ret.dtype))
-        return self._h(ret + discount * (~ended).to(ret.dtype) * value)
-
-    @torch.no_grad()
-    def update_target(self, tau: float = 1.0) -> None:
-        """Copies (``tau=1``) or Polyak-averages the online weights into the target network."""
-        for target, online in zip(
-            self.target_network.parameters(), self.value_network.parameters(), strict=True
-        ):
-            if tau >= 1.0:
-                target.copy_(online)
-            else:
-                target.lerp_(online, tau)
 
 
 def r2d2_loss(policy_network: nn.Module, config) -> R2D2Loss:
@@ -189,3 +107,6 @@ def r2d2_loss(policy_network: nn.Module, config) -> R2D2Loss:
         value_rescaling=options.value_rescaling,
         rescale_epsilon=options.rescale_epsilon,
     )
+
+
+__all__ = ["R2D2Loss", "mixed_priority", "r2d2_loss", "rescale", "unrescale"]
