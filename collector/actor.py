@@ -173,7 +173,7 @@ class Collector:
                 action_mask_key=action_mask_key,
             )
         envs = self._make_envs()
-        if transform is None and sequences is not None:  # recurrent off-policy (R2D2)
+        if transform is None and sequences is not None:  # recurrent off-policy (DQN, R2D2)
             self.worker = SequenceWorker(envs, self.policy, seeds, **vars(sequences))
             self.transitions = f"sequences-{sequences.length}"
         elif transform is None:

@@ -1,4 +1,4 @@
-"""The pure sequence core of recurrent off-policy learning (R2D2's replay items; no Ray).
+"""The pure sequence core of recurrent off-policy learning (recurrent DQN, R2D2; no Ray).
 
 With ``replay.sequence_length`` the off-policy collectors act with a recurrent policy
 (``collector.networks.stepping.RecurrentPolicy``), keep one state per env (zeros at every

@@ -40,8 +40,9 @@ class ReplayConfig:
             then write frame streams). Set it to the env's frame stack, e.g. 4 for Atari.
         sequence_length: 0 stores transitions; ``L >= 2`` stores sequences of ``L`` steps of
             one env with the recurrent state before their first step (recurrent off-policy
-            learning, R2D2; ``collector.sequence_worker``). A sequence never crosses an episode
-            boundary: it ends with its episode, padded (``valid`` False) to ``L`` steps.
+            learning: recurrent DQN, R2D2; ``collector.sequence_worker``). A sequence never
+            crosses an episode boundary: it ends with its episode, padded (``valid`` False) to
+            ``L`` steps.
         sequence_overlap: Steps consecutive sequences of one episode share (``0 <= overlap <
             sequence_length``; R2D2: half the length).
         burn_in: The first steps of each sequence only advance the stored state, with no loss

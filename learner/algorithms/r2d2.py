@@ -2,9 +2,11 @@
 
 Kapturowski et al., "Recurrent Experience Replay in Distributed Reinforcement Learning", ICLR
 2019. The loss is ``learner.losses.r2d2`` (its docstring has the math: n-step double Q-learning
-over stored sequences, burn-in, value rescaling); the network is the recurrent Q-network
-(``learner.recurrent``, ``collector.networks.recurrent.RecurrentQ``) over the MLP or the Atari
-CNN torso; collectors keep one state per env and write overlapping sequences
+over stored sequences, burn-in, value rescaling), R2D2's settings of the sequence Q-learning
+core it shares with recurrent DQN (``learner.losses.sequence_q``; ``algorithm: dqn`` with
+``learner.recurrent``, whose differences ``docs/algorithms.md`` tabulates); the network is the
+recurrent Q-network (``learner.recurrent``, ``collector.networks.recurrent.RecurrentQ``) over
+the MLP or the Atari CNN torso; collectors keep one state per env and write overlapping sequences
 (``replay.sequence_length``, ``sequence_overlap``, ``burn_in``; ``collector.sequence_worker``) into
 prioritized replay, each with the state before its first step; the learner sends R2D2's mixed
 sequence priority back. Ape-X's per-collector epsilons: ``collector.epsilon_schedule: apex``.
