@@ -274,8 +274,10 @@ def test_recurrent_dqn_trains_on_sequences_and_resumes_from_its_checkpoint(ray_c
     assert summary["optim_steps"] > 300 and rounds
     losses = [r.metrics["loss_q"] for r in rounds]
     assert all(math.isfinite(x) for x in losses) and {"q_mean"} <= set(rounds[-1].metrics)
-    # Learning signal: Q rises from its initial ~0 towards the discounted returns (~1 per step).
-    assert rounds[-1].metrics["q_mean"] > 2.0, rounds[-1].metrics
+    # Learning signal: Q rises from its initial ~0 towards the discounted returns (~1 per step;
+    # about 9 after these rounds, so the bar leaves a wide margin).
+    q_means = [r.metrics["q_mean"] for r in rounds]
+    assert q_means[-1] > max(q_means[0] + 3.0, 4.0), q_means
 
     resumed = load_config(
         CONFIGS / CONFIG,
