@@ -32,6 +32,7 @@ import torch
 
 from collector.envs.episodes import CountsEpisodes, EpisodeTracker
 from collector.rollout import RolloutBatch
+from replay.wire.sequences import NEW_STEPS
 
 
 @dataclasses.dataclass(frozen=True)
@@ -62,6 +63,9 @@ class SequenceWorker(CountsEpisodes):
         length: Steps per sequence ``L``.
         overlap: Steps consecutive sequences of an episode share.
         burn_in: Stored with every item (the learner's burn-in steps).
+        new_steps: Also give each item its ``new_steps`` (int64: the steps no earlier item
+            holds), which an external actor sends so the run counts each step once
+            (:mod:`replay.wire.sequences`; not a replay column).
 
     Examples:
         >>> import gymnasium as gym
@@ -89,6 +93,7 @@ class SequenceWorker(CountsEpisodes):
         length: int,
         overlap: int = 0,
         burn_in: int = 0,
+        new_steps: bool = False,
     ) -> None:
         if length < 2 or not 0 <= overlap < length or not 0 <= burn_in < length:
             raise ValueError(
@@ -99,6 +104,7 @@ class SequenceWorker(CountsEpisodes):
         self.policy = policy
         self.num_envs = envs.num_envs
         self.length, self.overlap, self.burn_in = length, overlap, burn_in
+        self.marks_new_steps = new_steps
         self.episodes_tracker = EpisodeTracker(self.num_envs)
         self.frames = 0
         self.written_steps = 0  # steps in emitted sequences, each counted once
@@ -205,6 +211,8 @@ class SequenceWorker(CountsEpisodes):
         item["recurrent_state"] = buf["state"][e, 0].copy()
         item["burn_in"] = np.asarray(self.burn_in, np.int64)
         item["policy_version"] = np.asarray(buf["policy_version"][e, 0], np.int64)
+        if self.marks_new_steps:
+            item[NEW_STEPS] = np.asarray(self.new[e], np.int64)
         return item
 
     def _advance(self, e: int, episode_ended: bool) -> None:

@@ -169,7 +169,6 @@ def _check_sequences(config, algo) -> None:
     refused = [
         (replay.frame_stack, "replay.frame_stack", "frames are stored in the sequences"),
         (collector.action_mask_key, "collector.action_mask_key", "sequences carry no masks"),
-        (config.grpc.enabled, "grpc.port", "external actors insert transitions"),
         (replay.sampler == "fifo", "replay.sampler", "sequences are sampled off-policy"),
     ]
     for bad, field, why in refused:
