@@ -13,6 +13,7 @@ import json
 import re
 import subprocess
 
+import gymnasium as gym
 import numpy as np
 import pytest
 
@@ -20,7 +21,8 @@ from collector.envs.spaces import describe
 from collector.envs.vector import make_vector_env
 from collector.networks.recurrent import RecurrentQSpec
 from collector.sequence_worker import SequenceWorker
-from replay.wire.sequences import NEW_STEPS, check_sequences, sequence_spec
+from replay.wire.batches import BatchError, transition_spec
+from replay.wire.sequences import NEW_STEPS, check_sequences, empty_sequences, sequence_spec
 from services.grpc.client import RelayClient
 from services.grpc.transitions import env_transition_spec
 from tests.cli_run import CliRun
@@ -51,6 +53,25 @@ def collected(rollouts: int = 3, seed: int = 0) -> tuple[list, int]:
     batches = [worker.rollout(24, 1.0, policy_version=0) for _ in range(rollouts)]
     envs.close()
     return [b for b in batches if b.frames], int(worker.written_steps)
+
+
+def test_a_dict_observation_is_one_sequence_field_per_key():
+    space = gym.spaces.Dict(
+        {"pos": gym.spaces.Box(-1, 1, (3,)), "image": gym.spaces.Box(0, 255, (4, 4), np.uint8)}
+    )
+    steps = transition_spec(space, gym.spaces.Discrete(3))
+    spec = sequence_spec(steps, length=4, overlap=2, state_size=5)
+    assert {k: (t.dtype, t.shape) for k, t in spec.tensors.items() if "observation" in k} == {
+        "observation.pos": ("float32", (5, 3)),
+        "observation.image": ("uint8", (5, 4, 4)),
+    }
+    items = empty_sequences(spec, 1)
+    items["valid"][0, :2], items["truncated"][0, 1], items[NEW_STEPS][0] = True, True, 2
+    items["observation.image"][0, :3] = 7  # o_0, o_1 and the next observation o_2
+    assert check_sequences(items, spec)[1] == 2
+    items["observation.image"][0, 3] = 7
+    with pytest.raises(BatchError, match=r"^key 'observation.image': item 0 is not zero"):
+        check_sequences(items, spec)
 
 
 @pytest.fixture
