@@ -37,6 +37,7 @@ import torch
 from collector.envs.episodes import CountsEpisodes, EpisodeTracker
 from collector.rollout import RolloutBatch
 from replay.sequence_frames import FRAMES_COLUMN, encode_sequence_frames
+from replay.wire.sequences import NEW_STEPS
 
 
 @dataclasses.dataclass(frozen=True)
@@ -73,6 +74,9 @@ class SequenceWorker(CountsEpisodes):
         frame_stack: ``S >= 2`` stores each item's stacked observations ``[S, H, W]`` as
             their unique frames (``observation_frames``, ``replay.sequence_frames``); 0 stores
             ``observation`` whole.
+        new_steps: Also give each item its ``new_steps`` (int64: the steps no earlier item
+            holds), which an external actor sends so the run counts each step once
+            (:mod:`replay.wire.sequences`; not a replay column).
 
     Examples:
         >>> import gymnasium as gym
@@ -101,6 +105,7 @@ class SequenceWorker(CountsEpisodes):
         overlap: int = 0,
         burn_in: int = 0,
         frame_stack: int = 0,
+        new_steps: bool = False,
     ) -> None:
         if length < 2 or not 0 <= overlap < length or not 0 <= burn_in < length:
             raise ValueError(
@@ -117,6 +122,7 @@ class SequenceWorker(CountsEpisodes):
         self.policy = policy
         self.num_envs = envs.num_envs
         self.length, self.overlap, self.burn_in = length, overlap, burn_in
+        self.marks_new_steps = new_steps
         self.episodes_tracker = EpisodeTracker(self.num_envs)
         self.frames = 0
         self.written_steps = 0  # steps in emitted sequences, each counted once
@@ -237,6 +243,8 @@ class SequenceWorker(CountsEpisodes):
         item["recurrent_state"] = buf["state"][e, 0].copy()
         item["burn_in"] = np.asarray(self.burn_in, np.int64)
         item["policy_version"] = np.asarray(buf["policy_version"][e, 0], np.int64)
+        if self.marks_new_steps:
+            item[NEW_STEPS] = np.asarray(self.new[e], np.int64)
         return item
 
     def _advance(self, e: int, episode_ended: bool) -> None:

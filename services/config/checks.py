@@ -176,7 +176,6 @@ def _check_sequences(config, algo) -> None:
         )
     refused = [
         (collector.action_mask_key, "collector.action_mask_key", "sequences carry no masks"),
-        (config.grpc.enabled, "grpc.port", "external actors insert transitions"),
         (replay.sampler == "fifo", "replay.sampler", "sequences are sampled off-policy"),
     ]
     for bad, field, why in refused:
