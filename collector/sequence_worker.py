@@ -20,6 +20,10 @@ are the steps its items add, each step counted once however many sequences hold 
 
 The envs run in gymnasium's ``NEXT_STEP`` autoreset mode: the step after an episode's end only
 resets its env, is stored nowhere, and the state is zeroed before the new episode's first step.
+
+With ``frame_stack`` (``replay.frame_stack``: stacked pixel observations ``[S, H, W]``) an item
+holds ``observation_frames [L + S, H, W]``, each frame of its stacks once, instead of
+``observation`` (``replay.sequence_frames``; the learner rebuilds the stacks).
 """
 
 from __future__ import annotations
@@ -32,6 +36,8 @@ import torch
 
 from collector.envs.episodes import CountsEpisodes, EpisodeTracker
 from collector.rollout import RolloutBatch
+from replay.sequence_frames import FRAMES_COLUMN, encode_sequence_frames
+from replay.wire.sequences import NEW_STEPS
 
 
 @dataclasses.dataclass(frozen=True)
@@ -42,11 +48,14 @@ class SequenceLayout:
         length: Steps per sequence.
         overlap: Steps consecutive sequences of an episode share.
         burn_in: Steps of each sequence that only advance the learner's state.
+        frame_stack: Frames per stacked pixel observation stored once per item
+            (``replay.frame_stack``; 0: observations stored whole).
     """
 
     length: int
     overlap: int = 0
     burn_in: int = 0
+    frame_stack: int = 0
 
 
 class SequenceWorker(CountsEpisodes):
@@ -62,6 +71,12 @@ class SequenceWorker(CountsEpisodes):
         length: Steps per sequence ``L``.
         overlap: Steps consecutive sequences of an episode share.
         burn_in: Stored with every item (the learner's burn-in steps).
+        frame_stack: ``S >= 2`` stores each item's stacked observations ``[S, H, W]`` as
+            their unique frames (``observation_frames``, ``replay.sequence_frames``); 0 stores
+            ``observation`` whole.
+        new_steps: Also give each item its ``new_steps`` (int64: the steps no earlier item
+            holds), which an external actor sends so the run counts each step once
+            (:mod:`replay.wire.sequences`; not a replay column).
 
     Examples:
         >>> import gymnasium as gym
@@ -89,16 +104,25 @@ class SequenceWorker(CountsEpisodes):
         length: int,
         overlap: int = 0,
         burn_in: int = 0,
+        frame_stack: int = 0,
+        new_steps: bool = False,
     ) -> None:
         if length < 2 or not 0 <= overlap < length or not 0 <= burn_in < length:
             raise ValueError(
                 f"replay.sequence_length: must be >= 2 with 0 <= sequence_overlap, burn_in < it, "
                 f"got length={length}, overlap={overlap}, burn_in={burn_in}"
             )
+        if frame_stack == 1 or frame_stack < 0:
+            raise ValueError(
+                f"replay.frame_stack: 0 (off) or the observations' frame stack >= 2 with "
+                f"sequences, got {frame_stack}"
+            )
+        self.frame_stack = frame_stack
         self.envs = envs
         self.policy = policy
         self.num_envs = envs.num_envs
         self.length, self.overlap, self.burn_in = length, overlap, burn_in
+        self.marks_new_steps = new_steps
         self.episodes_tracker = EpisodeTracker(self.num_envs)
         self.frames = 0
         self.written_steps = 0  # steps in emitted sequences, each counted once
@@ -186,10 +210,24 @@ class SequenceWorker(CountsEpisodes):
         self.frames += added
         self.written_steps += added
         if not items:  # no sequence closed: zero rows of the item's columns
-            items_or_empty = {k: v[:0] for k, v in _stack([self._item(0)]).items()}
+            template = {k: np.zeros_like(v) for k, v in self._item(0).items()}
+            items_or_empty = {k: v[:0] for k, v in self._columns([template]).items()}
         else:
-            items_or_empty = _stack(items)
+            items_or_empty = self._columns(items)
         return RolloutBatch(items_or_empty, returns, lengths, counted=added)
+
+    def _columns(self, items: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
+        """Items stacked into columns; with ``frame_stack``, observations as unique frames."""
+        columns = _stack(items)
+        if self.frame_stack:
+            observation = columns.pop("observation")
+            if observation.ndim < 3 or observation.shape[2] != self.frame_stack:
+                raise ValueError(
+                    f"replay.frame_stack: {self.frame_stack} frames per observation, the env "
+                    f"observes {list(observation.shape[2:])}"
+                )
+            columns[FRAMES_COLUMN] = encode_sequence_frames(observation, columns["valid"])
+        return columns
 
     def _item(self, e: int) -> dict[str, np.ndarray]:
         """The open sequence of env ``e`` as one item (padding zeroed)."""
@@ -205,6 +243,8 @@ class SequenceWorker(CountsEpisodes):
         item["recurrent_state"] = buf["state"][e, 0].copy()
         item["burn_in"] = np.asarray(self.burn_in, np.int64)
         item["policy_version"] = np.asarray(buf["policy_version"][e, 0], np.int64)
+        if self.marks_new_steps:
+            item[NEW_STEPS] = np.asarray(self.new[e], np.int64)
         return item
 
     def _advance(self, e: int, episode_ended: bool) -> None:

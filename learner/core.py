@@ -16,6 +16,7 @@ from learner.loss import LossDispatch
 from learner.losses import LossFactory, loss_factory_for
 from learner.plugins import STEPPERS, resolve_factory
 from learner.stepper import Stepper
+from replay.sequence_frames import FRAMES_COLUMN, rebuild_stacks
 
 FLOAT_KEYS = ("observation", "next_observation", "reward")
 STATE_FORMAT = 1
@@ -85,7 +86,12 @@ class LearnerCore:
         self._priorities: list[tuple[torch.Tensor, ...]] = []
 
     def to_batch(self, arrays: Mapping[str, np.ndarray]) -> TensorDict:
-        """Converts sampled arrays to a TensorDict on the model's device."""
+        """Converts sampled arrays to a TensorDict on the model's device.
+
+        Sequences that store each pixel frame once (``observation_frames``,
+        ``replay.sequence_frames``) get their ``observation`` stacks rebuilt on the device,
+        so the copy to it carries the compact frames.
+        """
         tensors = {}
         for key, value in arrays.items():
             value = np.asarray(value)
@@ -100,7 +106,10 @@ class LearnerCore:
         n = len(next(iter(tensors.values())))
         # A structured observation's columns (observation.<key>) nest under observation: the
         # network takes a mapping of tensors, each in its stored dtype (collector.envs.spaces).
-        return TensorDict(regroup(tensors), batch_size=[n]).to(self.device)
+        batch = TensorDict(regroup(tensors), batch_size=[n]).to(self.device)
+        if FRAMES_COLUMN in tensors:
+            batch["observation"] = rebuild_stacks(batch.pop(FRAMES_COLUMN), batch["valid"])
+        return batch
 
     def train(self, batches: Sequence[TensorDict]) -> dict[str, torch.Tensor]:
         """Runs one optimizer step per batch; returns 0-d metrics averaged over the steps.

@@ -8,6 +8,9 @@ Layout:
       (``replay.frame_stack: 4``): single uint8 frames in their own ring, stacks rebuilt at
       sample time; collectors write frame streams (:func:`encode_stacks`) instead of stacked
       ``observation`` / ``next_observation`` (about 7.5 KB per Atari transition instead of 56).
+    * ``sequence_frames``: the same for sequence items (R2D2, ``replay.frame_stack`` with
+      ``replay.sequence_length``): each item holds its stacks' unique frames
+      (``observation_frames``), an ordinary column; the learner rebuilds the stacks.
     * ``table``: :class:`ReplayTable`, the pure core of a shard: storage + sampler + write dedup
       by ``(writer_id, seq)`` + insertion ids + priority updates + counters.
     * ``shard``: the ``ReplayShard`` Ray actor, named ``<run>.replay-<i>`` in namespace ``relayrl``.

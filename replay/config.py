@@ -35,9 +35,12 @@ class ReplayConfig:
             refills it from the latest checkpoint); one more death stops the run.
         health_interval_s: Seconds between the driver's health checks of the shards.
         restart_timeout_s: A shard down for longer stops the run.
-        frame_stack: 0 stores transitions as written; ``S >= 1`` stores each pixel frame once
-            and rebuilds ``S``-frame stacks at sample time (``replay.frames``; the collectors
-            then write frame streams). Set it to the env's frame stack, e.g. 4 for Atari.
+        frame_stack: 0 stores observations as written; ``S >= 1`` stores each pixel frame once.
+            Transitions: the shards keep a ring of single frames and rebuild ``S``-frame
+            stacks at sample time (``replay.frames``; the collectors write frame streams).
+            Sequences (``S >= 2``): each item holds its stacks' unique frames and the learner
+            rebuilds the stacks (``replay.sequence_frames``). Set it to the env's frame stack,
+            e.g. 4 for Atari.
         sequence_length: 0 stores transitions; ``L >= 2`` stores sequences of ``L`` steps of
             one env with the recurrent state before their first step (recurrent off-policy
             learning: recurrent DQN, R2D2; ``collector.sequence_worker``). A sequence never
@@ -137,6 +140,15 @@ class ReplayConfig:
     def sequences(self) -> bool:
         """Whether replay stores sequences (``sequence_length > 0``)."""
         return self.sequence_length > 0
+
+    @property
+    def frame_ring(self) -> int:
+        """The shards' frame ring (``replay.frames``): ``frame_stack`` for transitions, else 0.
+
+        Sequence items carry their own frames (``replay.sequence_frames``): their shards store
+        plain columns, which re-shard like any others.
+        """
+        return 0 if self.sequences else self.frame_stack
 
     @property
     def shard_capacity(self) -> int:

@@ -220,7 +220,7 @@ class ShardInsertServicer:
             receipts=answered, frames_counted=frames, total_frames=self.gate.total_frames
         )
 
-    def _check(self, request, caller: Caller) -> tuple[str, dict]:
+    def _check(self, request, caller: Caller) -> tuple[str, dict, int]:
         """The route first (a batch for another shard takes no lease here), then admission."""
         if getattr(request, "error", None) is None and request.writer_id:
             owner_shard = shard_of(WRITER_PREFIX + request.writer_id, request.seq, self.num_shards)
@@ -231,8 +231,8 @@ class ShardInsertServicer:
                 )
         return self.admission.check(request, caller)
 
-    def _store(self, request, checked: tuple[str, dict]) -> ExternalReceipt:
-        writer, arrays = checked
+    def _store(self, request, checked: tuple[str, dict, int]) -> ExternalReceipt:
+        writer, arrays, frames = checked
         receipt = None
         try:
             write = self.write(arrays, writer, request.seq)
@@ -240,7 +240,7 @@ class ShardInsertServicer:
             receipt = ExternalReceipt(
                 writer_id=request.writer_id,
                 seq=request.seq,
-                frames=write.num_items if fresh else 0,
+                frames=frames if fresh else 0,
                 episode_returns=tuple(request.episode_returns) if fresh else (),
                 episode_lengths=tuple(request.episode_lengths) if fresh else (),
                 write=write,

@@ -381,7 +381,7 @@ def remote_shards(
             fifo_shuffle=config.fifo_shuffle,
             fifo_queue=config.fifo_queue,
             mmap_dir=config.mmap_dir if config.storage == "mmap" else None,
-            frame_stack=config.frame_stack,
+            frame_stack=config.frame_ring,
             scheduling_strategy=scheduling[i],
             deterministic=deterministic,
             run_seed=seed,

@@ -5,14 +5,19 @@ it reads the run's n-step and network settings from ``GetStatus``, fetches weigh
 than the ones it holds, acts epsilon-greedily with the run's current epsilon, builds the same
 n-step transitions as a collector (:class:`collector.rollout.RolloutWorker`, a pure core) and
 inserts them (``--direct``: straight into the replay shards, for a run with
-``grpc.direct_writes``). It stops after ``--frames`` or when the run stops taking experience,
-and prints a JSON summary as its last line.
+``grpc.direct_writes``). A recurrent run's actor (``replay.sequence_length``, e.g.
+``algorithm: r2d2``) builds the run's recurrent Q-network, keeps one state per env (zeros at
+every episode's first step) and cuts overlapping sequences with the collectors' own
+:class:`collector.sequence_worker.SequenceWorker`, each sent with its new steps so the run
+counts every step once (:mod:`replay.wire.sequences`). It stops after ``--frames`` or when the
+run stops taking experience, and prints a JSON summary as its last line.
 
 The actor trusts only its own host: its env comes from its own command line (``--env``, a
 gymnasium id or a ``module:function`` factory, and ``--env-kwargs``). Without ``--env`` it uses
 the run's env id from ``GetStatus`` only if that is a registered gymnasium id (a plain
-``Name-v1``, no module to import) or one the actor was allowed with ``--allow-env``; anything
-else (say ``os:system``) is refused with exit code 2 before it is called. The run's
+``Name-v1`` or relayrl's own ``relayrl:Name-v1``, no module to import) or one the actor was
+allowed with ``--allow-env``; anything else (say ``os:system``) is refused with exit code 2
+before it is called. The run's
 ``env_kwargs`` reach only the operator credential's ``GetStatus``: with the actor credential,
 give them with ``--env-kwargs``. TLS: ``--ca-file``
 (and ``--cert-file``/``--key-file`` for mutual TLS).
@@ -34,10 +39,22 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from collector.envs.vector import env_seeds, make_vector_env
-from collector.networks.builders import NETWORKS, NetworkOptions, network_for_space
+from collector.envs.vector import (
+    RELAYRL_PREFIX,
+    env_seeds,
+    gym_id,
+    is_factory_path,
+    make_vector_env,
+)
+from collector.networks.builders import (
+    NETWORKS,
+    NetworkOptions,
+    network_for_space,
+    recurrent_network,
+)
 from collector.networks.q_mlp import ModelSpec
 from collector.rollout import RolloutWorker
+from collector.sequence_worker import SequenceLayout, SequenceWorker
 from services.grpc.client import RelayClient
 from services.grpc.tokens import add_token_arguments, token_from_args
 
@@ -66,7 +83,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="ENV_ID",
         help="a run env id (e.g. a module:function factory) this actor may build (repeatable)",
     )
-    parser.add_argument("--frames", type=int, default=10_000, help="transitions to insert")
+    parser.add_argument("--frames", type=int, default=10_000, help="frames (env steps) to insert")
     parser.add_argument("--envs", type=int, default=8, help="sub-environments")
     parser.add_argument("--batch-frames", type=int, default=512, help="frames per inserted batch")
     parser.add_argument("--weights-every", type=int, default=4, help="batches between fetches")
@@ -84,6 +101,23 @@ class UntrustedEnv(ValueError):
     """The run names an env this actor's host does not allow it to build."""
 
 
+def registered(env_id: str) -> bool:
+    """Whether ``env_id`` is a registered gymnasium id, never a module to import.
+
+    A plain ``Name-v1``, or one of relayrl's own (``relayrl:Name-v1``,
+    :mod:`collector.envs.memory`).
+
+    Examples:
+        >>> registered("CartPole-v1"), registered("relayrl:StatelessCartPole-v1")
+        (True, True)
+        >>> registered("os:system"), registered("relayrl:os.system")
+        (False, False)
+    """
+    if env_id.startswith(RELAYRL_PREFIX) and not is_factory_path(env_id):
+        return gym_id(env_id) in gym.registry
+    return ":" not in env_id and env_id in gym.registry
+
+
 def choose_env(args: argparse.Namespace, served: dict) -> tuple[str, dict]:
     """The env id and kwargs to build: the actor's own, or the run's if this host allows it.
 
@@ -93,7 +127,7 @@ def choose_env(args: argparse.Namespace, served: dict) -> tuple[str, dict]:
     if args.env is not None:
         return args.env, json.loads(args.env_kwargs) if args.env_kwargs else {}
     env_id = str(served.get("env_id", ""))
-    if env_id not in args.allow_env and (":" in env_id or env_id not in gym.registry):
+    if env_id not in args.allow_env and not registered(env_id):
         raise UntrustedEnv(
             f"the run's env id {env_id[:80]!r} is not a registered gymnasium id; this actor "
             "builds only what its own host allows: pass --env (or --allow-env ENV_ID)"
@@ -151,26 +185,66 @@ def served_images(config: dict) -> tuple:
         raise UntrustedEnv(f"the run's image_keys are refused: {str(err)[:120]}") from None
 
 
+def served_sequences(config: dict) -> tuple[SequenceLayout, str, int] | None:
+    """A recurrent run's sequences and core: ``(layout, recurrent, hidden_size)``, or None.
+
+    None for a run that stores transitions (no ``replay.sequence_length``).
+
+    Raises:
+        UntrustedEnv: For values no run of relayrl serves.
+    """
+    replay, learner = config.get("replay") or {}, config.get("learner") or {}
+    if not replay.get("sequence_length"):
+        return None
+    try:
+        layout = SequenceLayout(
+            int(replay["sequence_length"]),
+            int(replay.get("sequence_overlap", 0)),
+            int(replay.get("burn_in", 0)),
+        )
+        recurrent = str(learner["recurrent"])
+        hidden = int(learner["recurrent_hidden_size"])
+    except (KeyError, TypeError, ValueError) as err:
+        raise UntrustedEnv(f"the run's status lacks its sequence settings: {err}") from None
+    length, overlap, burn_in = layout.length, layout.overlap, layout.burn_in
+    if not (
+        2 <= length <= 100_000
+        and 0 <= overlap < length
+        and 0 <= burn_in < length
+        and recurrent in ("lstm", "gru")
+        and 0 < hidden <= 1 << 16
+    ):
+        raise UntrustedEnv(
+            f"the run's sequence settings are out of range: {layout}, {recurrent!r}, {hidden}"
+        )
+    return layout, recurrent, hidden
+
+
 def actor_spec(env_id: str, envs, hidden_sizes: tuple[int, ...], config: dict):
     """The run's Q-network spec for these envs.
 
     An MLP over a flat ``Box``, as ever; over a ``Dict``/``Tuple`` observation the multi-input
     network (its options from the run's config, so the served weights load), whose rollouts
-    carry each key as its own named field (``observation.<key>``).
+    carry each key as its own named field (``observation.<key>``); for a recurrent run
+    (:func:`served_sequences`) the recurrent Q-network over either.
     """
     space, actions = envs.single_observation_space, envs.single_action_space
     name = network_for_space("q_mlp", space)
-    if name == "q_mlp":
+    sequences = served_sequences(config)
+    if name == "q_mlp" and sequences is None:
         return ModelSpec(int(np.prod(space.shape)), int(actions.n), hidden_sizes)
     learner, collector = config.get("learner") or {}, config.get("collector") or {}
+    recurrent, recurrent_hidden = ("none", 128) if sequences is None else sequences[1:]
     options = NetworkOptions(
         env_id=env_id,
         hidden_sizes=hidden_sizes,
         dueling=bool(learner.get("dueling", False)),
         pixel_torso=str(learner.get("pixel_torso", "nature")),
         discrete_encoding=str(collector.get("discrete_encoding", "one_hot")),
+        recurrent=recurrent,
+        recurrent_hidden_size=recurrent_hidden,
     )
-    return NETWORKS[name](options, space, actions)
+    return NETWORKS[recurrent_network(name, recurrent)](options, space, actions)
 
 
 def send(client: RelayClient, request, *, direct: bool, patience_s: float = 60.0):
@@ -224,13 +298,13 @@ def run(args: argparse.Namespace) -> dict:
     spec = actor_spec(env_id, envs, hidden_sizes, config)
     network = spec.build().eval()
     policy = spec.make_policy(network, np.random.SeedSequence(args.seed))
-    worker = RolloutWorker(
-        envs,
-        policy,
-        env_seeds(args.seed, 0, args.envs),
-        n_step=n_step,
-        gamma=gamma,
-    )
+    seeds = env_seeds(args.seed, 0, args.envs)
+    sequences = served_sequences(config)
+    worker: RolloutWorker | SequenceWorker
+    if sequences is not None:  # the collectors' cutter; each item says its new steps
+        worker = SequenceWorker(envs, policy, seeds, **vars(sequences[0]), new_steps=True)
+    else:
+        worker = RolloutWorker(envs, policy, seeds, n_step=n_step, gamma=gamma)
     held = (-1, -1)
     inserted = batches = fetches = 0
     returns: list[float] = []

@@ -35,6 +35,7 @@ def intake_server(
     node_ip="127.0.0.1",
     published_version=0,
     calls_per_peer=None,
+    spec=SPEC,
 ):
     table = ReplayTable(10_000, seed=0)
     lock = threading.Lock()
@@ -44,7 +45,7 @@ def intake_server(
             return table.write(arrays, writer, seq)
 
     options = {
-        "spec": SPEC,
+        "spec": spec,
         "num_shards": 1,
         "host": host,
         "operator": OPERATOR,

@@ -132,6 +132,7 @@ def test_an_actor_status_holds_what_an_actor_needs_and_no_env_kwargs_or_secret()
     assert json.loads(seen["actor"]) == {
         "collector": {"env_id": "CartPole-v1", "n_step": 3, "gamma": 0.99},
         "learner": {"hidden_sizes": [64, 64]},
+        "replay": {},  # a recurrent run's sequence layout (replay.sequence_*) would be here
     }
     operator = json.loads(seen["operator"])  # the operator's view: all of it, secrets hidden
     assert operator["collector"]["env_kwargs"] == {"api_key": "env-kwarg-secret"}

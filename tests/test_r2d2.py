@@ -244,7 +244,6 @@ def test_replay_refuses_nonsense_sequence_options(fields, named):
                                          "replay.sequence_overlap=0"], "replay.sequence_length"),
         ("statelesscartpole_r2d2.yaml", ["collector.n_step=3"], "collector.n_step"),
         ("statelesscartpole_r2d2.yaml", ["replay.frame_stack=4"], "replay.frame_stack"),
-        ("statelesscartpole_r2d2.yaml", ["grpc.port=0"], "grpc.port"),
         ("statelesscartpole_r2d2.yaml", ["collector.action_mask_key=mask"],
          "collector.action_mask_key"),
         ("statelesscartpole_r2d2.yaml", ["collector.env_id=collector.envs.testing:corridor"],

@@ -95,7 +95,11 @@ REGISTERED = (
         options={"r2d2": R2D2Options},
         fixed={"collector.n_step": 1},  # n-step returns are the learner's (learner.r2d2.n_step)
         checks=(check_sequences,),
-        configs=("statelesscartpole_r2d2.yaml", "pong_r2d2_gpu.yaml"),
+        configs=(
+            "statelesscartpole_r2d2.yaml",
+            "statelesscartpole_r2d2_external.yaml",
+            "pong_r2d2_gpu.yaml",
+        ),
         solve=SolveTask("statelesscartpole_r2d2.yaml", 475.0, default=False),
         learn=(
             LearnEntry(

@@ -4,7 +4,9 @@ Modules:
     * ``experience.proto`` (and its generated modules): ``relayrl.v1.Experience``.
     * ``reader``: the zero-copy ``InsertRequest`` reader, its work bounded by limits.
     * ``batches``: the run's transition spec and every batch's checks (spec, fields that carry
-      meaning, writer ids); ``codecs``: arrays and weights to and from named tensors.
+      meaning, writer ids); ``sequences``: a recurrent run's sequence items on the wire
+      (their spec, checks and new-step frame count); ``codecs``: arrays and weights to and from
+      named tensors.
     * ``service``: what both servers answer alike (handlers, admission, refusal statuses,
       receipts); ``auth``: scoped credentials and the caller's identity; ``leases``: writer
       ids scoped to their caller (one dedup state per writer on the driver's path and the

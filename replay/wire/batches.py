@@ -171,7 +171,8 @@ class ExternalReceipt:
     Attributes:
         writer_id: The client's writer id (stored as ``external/<writer_id>``).
         seq: The client's batch number.
-        frames: Transitions stored (0 for a retried batch).
+        frames: Transitions stored, or the new steps of the sequences stored
+            (:mod:`replay.wire.sequences`); 0 for a retried batch.
         episode_returns: Returns of episodes the client reported finished in this batch.
         episode_lengths: Their lengths.
         write: The replay shard's receipt.
@@ -312,9 +313,9 @@ def check_meaning(
         raise BatchError("key 'n_step_discount': must lie in [0, 1]")
     if spec.action_low is not None and "action" in arrays:
         action = arrays["action"]
-        flat = action.reshape(len(action), -1)
         low = np.asarray(spec.action_low, dtype=np.float64)
         high = np.asarray(spec.action_high, dtype=np.float64)
+        flat = action.reshape(-1, low.size)  # one row per action (a sequence holds several)
         outside = (flat < low - ACTION_TOLERANCE) | (flat > high + ACTION_TOLERANCE)
         if outside.any():
             if not clip_actions:

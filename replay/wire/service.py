@@ -4,10 +4,10 @@ Both the driver's gRPC server (``services.grpc``) and a replay shard serving dir
 (:mod:`replay.intake`) answer Experience calls; what they must answer alike lives here, below
 both: the method handlers (Insert read by the zero-copy :func:`replay.wire.reader.parse_insert`,
 its streams capped by :class:`replay.wire.transport.StreamSlots`), the admission of each batch
-(:class:`Admission`: the batch checks, then the writer's lease), the status each refusal is
-answered with, receipts on the wire, deadlines, and the error that says a run takes no more
-experience. Credentials are :mod:`replay.wire.auth`'s, TLS and limits
-:mod:`replay.wire.transport`'s.
+(:class:`Admission`: the batch checks, a recurrent run's sequence checks
+(:mod:`replay.wire.sequences`), then the writer's lease), the status each refusal is answered
+with, receipts on the wire, deadlines, and the error that says a run takes no more experience.
+Credentials are :mod:`replay.wire.auth`'s, TLS and limits :mod:`replay.wire.transport`'s.
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ from replay.wire.batches import (
 )
 from replay.wire.leases import Refused, WriterLeases, scoped_writer
 from replay.wire.reader import parse_insert
+from replay.wire.sequences import SequenceSpec, check_sequences
 from replay.wire.transport import StreamSlots
 
 # How long an RPC waits for the driver (a checkpoint cut, counting, a held write) at most.
@@ -69,11 +70,14 @@ class Admission:
         self.clip_actions = clip_actions
         self.max_version = max_version
 
-    def check(self, request, caller: Caller) -> tuple[str, dict[str, np.ndarray]]:
-        """The replay writer (scoped to ``caller``) and arrays of ``request`` sent by ``caller``.
+    def check(self, request, caller: Caller) -> tuple[str, dict[str, np.ndarray], int]:
+        """The replay writer (scoped to ``caller``), arrays and frames of ``request``.
 
         The writer is :func:`replay.wire.leases.scoped_writer`'s: the driver and every shard
-        name a caller's writer alike, and no caller can write another's.
+        name a caller's writer alike, and no caller can write another's. A transition is one
+        frame; a run's sequences (:class:`replay.wire.sequences.SequenceSpec`) are checked by
+        :func:`replay.wire.sequences.check_sequences` too and count their new steps (the
+        arrays returned are the stored ones, without ``new_steps``).
 
         Raises:
             BatchError: A batch the spec or a field check refuses (nothing is stored).
@@ -90,7 +94,10 @@ class Admission:
             max_version=max_version,
             clip_actions=self.clip_actions,
         )
-        frames = len(next(iter(arrays.values())))
+        if isinstance(self.spec, SequenceSpec):
+            arrays, frames = check_sequences(arrays, self.spec)
+        else:
+            frames = len(next(iter(arrays.values())))
         writer = scoped_writer(writer, caller.owner)
         self.leases.admit(
             writer,
@@ -100,7 +107,7 @@ class Admission:
             anchored=not caller.distinct,
             principal=caller.principal or caller.owner,
         )
-        return writer, arrays
+        return writer, arrays, frames
 
 
 def _highest_version(request) -> int | None:

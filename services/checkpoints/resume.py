@@ -25,6 +25,7 @@ PINNED_FIELDS = (
     "learner.recurrent_hidden_size",
     "replay.sequence_length",
     "replay.burn_in",
+    "replay.frame_stack",  # the stored items' observation columns
 )
 
 
@@ -59,7 +60,7 @@ def check_compatible(checkpoint_config: dict, config: RunConfig) -> None:
                 "resume with the checkpoint's value"
             )
     saved_shards = _field(checkpoint_config, "replay.num_shards", config.replay.num_shards)
-    if config.replay.frame_stack and saved_shards != config.replay.num_shards:
+    if config.replay.frame_ring and saved_shards != config.replay.num_shards:
         raise ConfigError(
             f"replay.num_shards: the checkpoint was written with {saved_shards!r}, this config has "
             f"{config.replay.num_shards!r}, and a frame-deduplicated replay (replay.frame_stack) "

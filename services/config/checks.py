@@ -148,7 +148,9 @@ def _check_sequences(config, algo) -> None:
     """Refuses sequence replay where nothing trains from it, and what it cannot carry yet.
 
     Sequences (``replay.sequence_length``) are what an off-policy recurrent algorithm learns
-    from; without them its collectors would write transitions its loss cannot read.
+    from; without them its collectors would write transitions its loss cannot read. With
+    ``replay.frame_stack`` they store each frame of their stacked pixel observations once
+    (``replay.sequence_frames``; :func:`check_spaces` checks the stack against the env's).
     """
     replay, collector = config.replay, config.collector
     recurrent = config.learner.recurrent != "none"
@@ -166,10 +168,14 @@ def _check_sequences(config, algo) -> None:
             f"learner.recurrent (lstm or gru), got {replay.sequence_length} with algorithm "
             f"{algo.name} and learner.recurrent={config.learner.recurrent!r}"
         )
+    if replay.frame_stack == 1:
+        raise AlgorithmConfigError(
+            "replay.frame_stack: with replay.sequence_length a sequence's observations of one "
+            "frame each are already stored once; set 0, or the env's frame stack (>= 2) to "
+            "store each frame of stacked observations once, got 1"
+        )
     refused = [
-        (replay.frame_stack, "replay.frame_stack", "frames are stored in the sequences"),
         (collector.action_mask_key, "collector.action_mask_key", "sequences carry no masks"),
-        (config.grpc.enabled, "grpc.port", "external actors insert transitions"),
         (replay.sampler == "fifo", "replay.sampler", "sequences are sampled off-policy"),
     ]
     for bad, field, why in refused:

@@ -47,7 +47,7 @@ def start_collectors(
         n_step=cfg.n_step,
         gamma=cfg.gamma,
         transform=algorithm.collector_transform(config),
-        frame_stack=config.replay.frame_stack,
+        frame_stack=config.replay.frame_ring,
         action_mask_key=cfg.action_mask_key or None,
         scheduling=scheduling,
         aggregate=cfg.aggregate,
@@ -60,7 +60,9 @@ def sequence_layout(replay) -> SequenceLayout | None:
     """The collectors' sequences from ``replay.sequence_*`` (None: n-step transitions)."""
     if not replay.sequences:
         return None
-    return SequenceLayout(replay.sequence_length, replay.sequence_overlap, replay.burn_in)
+    return SequenceLayout(
+        replay.sequence_length, replay.sequence_overlap, replay.burn_in, replay.frame_stack
+    )
 
 
 def start_learners(

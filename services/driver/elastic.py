@@ -123,7 +123,7 @@ class Elastic:
         Raises:
             ConfigError: Naming the field a size would make invalid, or the setting that
                 keeps the run at its size (``run.deterministic``, ``collector.aggregate``,
-                ``replay.frame_stack``).
+                ``replay.frame_stack`` with transitions).
         """
         c, config = self.controller, self.controller.config
         current = self.target or self.sizes()
@@ -172,7 +172,7 @@ class Elastic:
                 "replay.num_shards: with grpc.direct_writes external actors write to each "
                 "shard's own address; resume the run's checkpoint at the new shard count"
             )
-        if want.shards != current.shards and config.replay.frame_stack:
+        if want.shards != current.shards and config.replay.frame_ring:
             raise ConfigError(
                 "replay.num_shards: a frame-deduplicated replay (replay.frame_stack) cannot be "
                 "re-sharded"
@@ -273,7 +273,7 @@ class Elastic:
             fifo_shuffle=cfg.fifo_shuffle,
             fifo_queue=cfg.fifo_queue,
             mmap_dir=cfg.mmap_dir if cfg.storage == "mmap" else None,
-            frame_stack=cfg.frame_stack,
+            frame_stack=cfg.frame_ring,
             run_seed=config.seed,
         )
 

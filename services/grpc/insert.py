@@ -59,6 +59,8 @@ class Pending:
         client_writer: The client's writer id.
         episode_returns: Episodes the client reported finished in the batch.
         episode_lengths: Their lengths.
+        frames: Frames the batch adds if stored (its transitions, or its sequences' new
+            steps, ``replay.wire.sequences``).
         counted: Resolves to the run's frame count once the driver counted the batch.
         receipt: Set when the shard acknowledged it.
     """
@@ -69,6 +71,7 @@ class Pending:
     client_writer: str
     episode_returns: tuple[float, ...] = ()
     episode_lengths: tuple[int, ...] = ()
+    frames: int = 0
     counted: concurrent.futures.Future = dataclasses.field(
         default_factory=concurrent.futures.Future
     )
@@ -162,7 +165,7 @@ class ReplayRoute:
             item.receipt = ExternalReceipt(
                 writer_id=item.client_writer,
                 seq=item.seq,
-                frames=write.num_items if fresh else 0,
+                frames=item.frames if fresh else 0,
                 episode_returns=item.episode_returns if fresh else (),
                 episode_lengths=item.episode_lengths if fresh else (),
                 write=write,

@@ -85,8 +85,13 @@ def redacted_config(config: dict) -> dict:
 
 
 # What an external actor reads of the run's config: the env to build, its rollout settings and
-# the network's shape; nothing else (env_kwargs may carry an env's own secrets).
-ACTOR_FIELDS = {"collector": ("env_id", "n_step", "gamma"), "learner": ("hidden_sizes",)}
+# the network's shape (a recurrent run's: its core and sequences); nothing else (env_kwargs may
+# carry an env's own secrets).
+ACTOR_FIELDS = {
+    "collector": ("env_id", "n_step", "gamma"),
+    "learner": ("hidden_sizes", "recurrent", "recurrent_hidden_size", "dueling"),
+    "replay": ("sequence_length", "sequence_overlap", "burn_in"),
+}
 
 
 def actor_config(config: dict) -> dict:
@@ -94,7 +99,7 @@ def actor_config(config: dict) -> dict:
 
     Examples:
         >>> actor_config({"collector": {"env_id": "CartPole-v1", "env_kwargs": {"key": "k"}}})
-        {'collector': {'env_id': 'CartPole-v1'}, 'learner': {}}
+        {'collector': {'env_id': 'CartPole-v1'}, 'learner': {}, 'replay': {}}
     """
     return {
         section: {k: config[section][k] for k in fields if k in config.get(section, {})}
@@ -252,14 +257,9 @@ def serve_run(config, controller: ServedRun) -> GrpcServer | None:
     """
     if not config.grpc.enabled:
         return None
-    from collector.envs.images import parse
-    from services.grpc.transitions import env_transition_spec
+    from services.grpc.transitions import run_spec
 
-    collector = config.collector
-    images = parse(collector.image_keys)
-    spec = env_transition_spec(
-        collector.env_id, collector.env_kwargs, collector.observation_keys, images
-    )
+    spec = run_spec(config)  # transitions, or the run's sequences (replay.sequence_length)
     server = GrpcServer(
         config.grpc,
         controller.inbox,

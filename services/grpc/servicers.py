@@ -225,7 +225,7 @@ class ExperienceServicer(pb_grpc.ExperienceServicer):
                 timeout=remaining_seconds(context),
             )
             for request in request_iterator:
-                writer, arrays = self.admission.check(request, caller)
+                writer, arrays, frames = self.admission.check(request, caller)
                 stream.add(
                     Pending(
                         arrays,
@@ -234,6 +234,7 @@ class ExperienceServicer(pb_grpc.ExperienceServicer):
                         request.writer_id,
                         tuple(request.episode_returns),
                         tuple(request.episode_lengths),
+                        frames=frames,
                     )
                 )
             receipts, frames, total = stream.finish()
