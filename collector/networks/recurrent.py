@@ -27,7 +27,10 @@ APPO).
 Collectors act one step at a time with :class:`RecurrentPolicy`: ``act(obs, explore, state=)``
 returns ``(actions, extras, next_state)`` (the feed-forward policies' sampling, epsilon-greedy
 and masks unchanged, through :class:`StepView`), batched across envs; the worker keeps one state
-per env and zeroes it where an episode starts.
+per env and zeroes it where an episode starts. The view runs the network's ``forward_step(obs
+[B, ...], state)``: the one-step form of ``forward`` (the encoder's flat path, the trunk,
+:meth:`RecurrentCore.step`, the heads) without the sequence reshapes, resets, padding and module
+calls, equal to ``forward`` on a one-step sequence (``tests/test_recurrent_fast_step.py``).
 
 Examples:
     >>> core = RecurrentCore("lstm", 3, 8)
