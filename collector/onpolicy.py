@@ -197,8 +197,8 @@ class OnPolicyWorker(CountsEpisodes):
                     final = stacked([info["final_obs"][e] for e in envs])
                     finals.append((t, envs, final, next_state[envs] if recurrent else None))
                 if recurrent:
-                    # the policy's array, new this step unless it handed ``state`` back
-                    fresh = next_state is not state
+                    # the policy's own array, unless it hands back ``state`` or a view of it
+                    fresh = not np.may_share_memory(next_state, state)
                     state, starting = next_state, np.asarray(terminated | truncated)
                 valid_rows.append(running.copy())
                 if whole:

@@ -249,3 +249,30 @@ def test_the_worker_zeroes_states_exactly_at_episode_starts_and_keeps_stored_sta
         np.testing.assert_array_equal(items["reset"][:, 0], stored.reshape(24, -1).any(1) == 0)
     assert np.concatenate([s.reshape(-1) for s in recorder.seen]).any()
     envs.close()
+
+
+class Aliasing(Recorder):
+    """Hands back a view of the state it was given every other step (its memory, not a copy)."""
+
+    def act(self, obs, explore, *, state, mask=None):
+        self.seen.append(np.array(state, copy=True))
+        actions, extras, next_state = self.policy.act(obs, explore, state=state, mask=mask)
+        if len(self.seen) % 2 == 0:
+            next_state = state[:]
+        self.returned.append(np.array(next_state, copy=True))
+        return actions, extras, next_state
+
+
+def test_a_state_handed_back_by_the_policy_is_not_zeroed_under_a_stored_sequence():
+    envs = make_vector_env("CartPole-v1", 4, autoreset="same_step")
+    torch.manual_seed(0)
+    spec = RecurrentActorCriticSpec(describe(envs.single_observation_space), (8,), "gru", 8)
+    recorder = Aliasing(spec.make_policy(spec.build(), np.random.SeedSequence(0)))
+    worker = OnPolicyWorker(envs, recorder, [0, 1, 2, 3], OnPolicyTransform(sequence_length=1))
+    for _ in range(3):
+        items = worker.rollout(num_steps=24, explore={}, policy_version=0).transitions
+        stored = items["recurrent_state"].reshape(4, 24, -1)  # one-step sequences: every state
+        for t, seen in enumerate(recorder.seen[-24:]):
+            np.testing.assert_array_equal(stored[:, t], seen)
+    assert items["reset"][24:].any()
+    envs.close()
