@@ -160,6 +160,7 @@ class OnPolicyWorker(CountsEpisodes):
         recurrent = self.recurrent
         if recurrent:
             state, starting = self.state, self.starting
+            fresh = False  # ``self.state``: zeroed into a copy, as kept states are
             length = self.transform.sequence_length or MAX_EPISODE_STEPS
             starts: list[np.ndarray] = []  # the state before each sequence's first step
         kwargs: dict = {}
@@ -171,7 +172,7 @@ class OnPolicyWorker(CountsEpisodes):
                 row: dict = {"observation": copied(obs)}
                 if recurrent:  # zero the state where an episode starts (autoreset included)
                     if starting.any():
-                        state = np.where(starting[:, None], np.float32(0.0), state)
+                        state = _zeroed(state, starting, fresh)
                     if t % length == 0:  # a stored sequence starts here
                         starts.append(state)
                     row[RESET_COLUMN] = starting
@@ -196,6 +197,8 @@ class OnPolicyWorker(CountsEpisodes):
                     final = stacked([info["final_obs"][e] for e in envs])
                     finals.append((t, envs, final, next_state[envs] if recurrent else None))
                 if recurrent:
+                    # the policy's own array, unless it hands back ``state`` or a view of it
+                    fresh = not np.may_share_memory(next_state, state)
                     state, starting = next_state, np.asarray(terminated | truncated)
                 valid_rows.append(running.copy())
                 if whole:
@@ -260,3 +263,15 @@ class OnPolicyWorker(CountsEpisodes):
         returns = returns_to_go(reward, terminated, truncated, gamma=cfg.gamma, bootstrap=bootstrap)
         steps["value_target"] = returns
         steps["advantage"] = returns - steps["value"] if cfg.baseline else returns
+
+
+def _zeroed(state: np.ndarray, starting: np.ndarray, fresh: bool) -> np.ndarray:
+    """``state`` with the rows of ``starting`` zeroed (exact zeros).
+
+    In place when ``fresh`` (nothing else holds the array: the policy made it this step), else
+    into a new array (the worker's kept state, a stored sequence's first state).
+    """
+    if fresh and state.flags.writeable and state.dtype == np.float32:
+        state[starting] = 0.0
+        return state
+    return np.where(starting[:, None], np.float32(0.0), state)

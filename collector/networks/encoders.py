@@ -143,9 +143,15 @@ class MultiInputEncoder(nn.Module):
             self.modules_by_key[f"key{index}"] = module
             width += module.width
         self.features = width
+        # One ``Box`` observation (not a mapping) encoded as its flattened floats: ``forward``
+        # skips the per-key loop (what recurrent acting runs once per vector step).
+        self.flat = not layout.keyed and len(layout.leaves) == 1 and not self.modules_by_key
+        self.flat = self.flat and layout.leaves[0].kind not in ("discrete", "multi_discrete")
 
     def forward(self, observation: Any) -> torch.Tensor:
         """Concatenated features ``[B, features]`` (float32)."""
+        if self.flat:  # one Box: its values, flattened (the loop's only part, as it makes it)
+            return observation.reshape(observation.shape[0], -1).float()
         parts = []
         for index, leaf in enumerate(self.layout.leaves):
             x = observation[leaf.key] if self.layout.keyed else observation

@@ -27,7 +27,10 @@ APPO).
 Collectors act one step at a time with :class:`RecurrentPolicy`: ``act(obs, explore, state=)``
 returns ``(actions, extras, next_state)`` (the feed-forward policies' sampling, epsilon-greedy
 and masks unchanged, through :class:`StepView`), batched across envs; the worker keeps one state
-per env and zeroes it where an episode starts.
+per env and zeroes it where an episode starts. The view runs the network's ``forward_step(obs
+[B, ...], state)``: the one-step form of ``forward`` (the encoder's flat path, the trunk,
+:meth:`RecurrentCore.step`, the heads) without the sequence reshapes, resets, padding and module
+calls, equal to ``forward`` on a one-step sequence (``tests/test_recurrent_fast_step.py``).
 
 Examples:
     >>> core = RecurrentCore("lstm", 3, 8)
@@ -104,20 +107,23 @@ class RecurrentCore(nn.Module):
             return torch.cat([packed[0][0], packed[1][0]], dim=-1)
         return packed[0]
 
-    def _step(self, x: torch.Tensor, state: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """One step ``[B, 1, F]`` through the cell function of the same weights.
+    def step(self, x: torch.Tensor, state: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """One step: ``x [B, input_size]`` -> ``(output [B, hidden], state after [B, state_size])``.
 
-        The fused ``nn.LSTM`` call costs several times the cell's arithmetic at one step of a
-        few envs; this is what collectors run once per vector step.
+        The cell functions (``torch.lstm_cell``, ``torch.gru_cell``) over the weights of the
+        ``nn.LSTM``/``nn.GRU``: the same arithmetic as one step of :meth:`forward` without the
+        fused sequence op's packing, which at one step of a few envs costs several times the
+        cell's own work. What collectors run once per vector step (``forward_step``).
         """
-        rnn = self.rnn
-        weights = (rnn.weight_ih_l0, rnn.weight_hh_l0, rnn.bias_ih_l0, rnn.bias_hh_l0)
+        # ``_flat_weights``: nn.LSTM/GRU's own list of (w_ih, w_hh, b_ih, b_hh), kept current
+        # when the parameters are reassigned or moved.
+        weights = self.rnn._flat_weights
         if self.kind == "lstm":
-            h, c = state.split(self.hidden_size, dim=-1)
-            h, c = torch.lstm_cell(x[:, 0], (h, c), *weights)
-            return h.unsqueeze(1), torch.cat([h, c], dim=-1)
-        h = torch.gru_cell(x[:, 0], state, *weights)
-        return h.unsqueeze(1), h
+            hidden = self.hidden_size
+            h, c = torch.lstm_cell(x, (state[:, :hidden], state[:, hidden:]), *weights)
+            return h, torch.cat((h, c), dim=1)
+        h = torch.gru_cell(x, state, *weights)
+        return h, h
 
     def forward(
         self,
@@ -137,7 +143,8 @@ class RecurrentCore(nn.Module):
         """
         steps = x.shape[1]
         if steps == 1 and reset is None and valid is None and torch.is_inference_mode_enabled():
-            return self._step(x, state)  # acting (collectors): one step, no fused-op overhead
+            out, state = self.step(x[:, 0], state)  # acting: one step, no fused-op overhead
+            return out.unsqueeze(1), state
         if reset is None and valid is None:  # one fused call (and a traceable graph: export)
             out, packed = self.rnn(x, self._unpack(state))
             return out, self._pack(packed)
@@ -172,6 +179,23 @@ def _flat_steps(observation: Any) -> tuple[Any, int, int]:
     return observation.flatten(0, 1), observation.shape[0], observation.shape[1]
 
 
+def _layers(sequence: nn.Sequential, x: torch.Tensor) -> torch.Tensor:
+    """``sequence(x)`` without the module calls' machinery.
+
+    Linear layers and ReLUs run as the functions their forwards call, any other layer through
+    its ``forward``.
+    """
+    for layer in sequence:
+        kind = type(layer)
+        if kind is nn.Linear:
+            x = nn.functional.linear(x, layer.weight, layer.bias)
+        elif kind is nn.ReLU:
+            x = torch.relu(x)
+        else:
+            x = layer.forward(x)
+    return x
+
+
 class _Recurrent(nn.Module):
     """Encoder, trunk and core: ``[B, T, *obs]`` observations to ``[B, T, hidden]`` memories."""
 
@@ -192,6 +216,20 @@ class _Recurrent(nn.Module):
         features = self.trunk(self.encoder(flat)).unflatten(0, (size, steps))
         return self.core(features, state, reset, valid)
 
+    def step_memories(self, observation: Any, state: torch.Tensor):
+        """One step's memories ``[B, hidden]`` and the state after (``observation [B, ...]``).
+
+        :meth:`memories` of a one-step sequence, computed by the same layers without the
+        sequence reshapes and module calls (:meth:`RecurrentCore.step`).
+        """
+        encoder = self.encoder
+        x = (
+            observation.reshape(observation.shape[0], -1).float()
+            if encoder.flat
+            else encoder(observation)
+        )
+        return self.core.step(_layers(self.trunk, x), state)
+
 
 class RecurrentQ(_Recurrent):
     """``forward(obs [B, T, ...], state, reset, valid) -> (q [B, T, n_actions], state)``."""
@@ -209,6 +247,11 @@ class RecurrentQ(_Recurrent):
     def forward(self, observation, state, reset=None, valid=None):
         """Q-values of every step and the state after the sequence."""
         memories, state = self.memories(observation, state, reset, valid)
+        return self.head(memories), state
+
+    def forward_step(self, observation, state):
+        """One step of :meth:`forward`: ``obs [B, ...]`` -> ``(q [B, n_actions], state)``."""
+        memories, state = self.step_memories(observation, state)
         return self.head(memories), state
 
 
@@ -244,6 +287,16 @@ class RecurrentActorCritic(_Recurrent):
         memories, state = self.memories(observation, state, reset, valid)
         out, value = self.heads(memories)
         return out, value, state
+
+    def forward_step(self, observation, state):
+        """One step of :meth:`forward`: ``obs [B, ...]`` -> ``(out [B, A], value [B], state)``."""
+        memories, state = self.step_memories(observation, state)
+        heads = self.heads
+        return (
+            _layers(heads.actor, memories),
+            _layers(heads.critic, memories).squeeze(-1),
+            state,
+        )
 
     def distribution(self, out: torch.Tensor) -> torch.distributions.Distribution:
         """The action distribution of the actor's output."""

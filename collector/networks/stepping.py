@@ -18,6 +18,26 @@ from torch import nn
 from collector.networks.common import Explore
 
 
+def fast_step(network: nn.Module):
+    """The network's ``forward_step`` when it is the one-step form of its ``forward``, else None.
+
+    The built-in recurrent networks (``collector.networks.recurrent``) define both in one
+    class; ``forward_step(obs [n, ...], state) -> (*heads [n, ...], state)`` computes what
+    ``forward`` computes on a one-step sequence without ``reset``/``valid``. A network that
+    overrides ``forward`` below the class that defines ``forward_step`` (a subclass), and any
+    network without one (a user's, following the state protocol), steps through ``forward``.
+    """
+    step = getattr(network, "forward_step", None)
+    if step is None:
+        return None
+    for cls in type(network).__mro__:
+        if "forward_step" in vars(cls):
+            return step if "forward" in vars(cls) else None
+        if "forward" in vars(cls):
+            return None
+    return None
+
+
 class StepView:
     """A recurrent network seen as a feed-forward one for one step (what the policies call).
 
@@ -31,8 +51,12 @@ class StepView:
         self.spec = getattr(network, "spec", None)
         self.state: torch.Tensor | None = None
         self.next_state: torch.Tensor | None = None
+        self.fast_step = fast_step(network)
 
     def _run(self, observation: Any) -> tuple[Any, ...]:
+        if self.fast_step is not None:  # the network's own one-step path: no [n, 1] sequence
+            *heads, state = self.fast_step(observation, self.state)
+            return tuple(heads), state
         if isinstance(observation, Mapping):
             steps = {key: value.unsqueeze(1) for key, value in observation.items()}
         else:
@@ -42,6 +66,9 @@ class StepView:
 
     def __call__(self, observation: Any):
         """The heads' outputs of one step (``[n, ...]``); the new state in :attr:`next_state`."""
+        if self.fast_step is not None:
+            *heads, self.next_state = self.fast_step(observation, self.state)
+            return heads[0] if len(heads) == 1 else tuple(heads)
         heads, self.next_state = self._run(observation)
         return heads[0] if len(heads) == 1 else heads
 
@@ -92,18 +119,20 @@ class RecurrentPolicy:
         The state advances even when the action is random (epsilon-greedy's ``epsilon >= 1``
         skips the network; the step is then run for the state alone).
         """
-        with torch.inference_mode():
-            self.view.state = torch.as_tensor(np.asarray(state, np.float32))
-            self.view.next_state = None
-            actions, extras = self.inner.act(obs, explore, mask=mask)
-            if self.view.next_state is None:
-                self.view(_tensor(obs))
-            next_state = self.view.next_state.numpy()
-        return actions, extras, next_state
+        if not torch.is_inference_mode_enabled():  # (the collectors' loops run in one)
+            with torch.inference_mode():
+                return self.act(obs, explore, state=state, mask=mask)
+        view = self.view
+        view.state = _state_tensor(state)
+        view.next_state = None
+        actions, extras = self.inner.act(obs, explore, mask=mask)
+        if view.next_state is None:
+            view(_tensor(obs))
+        return actions, extras, view.next_state.numpy()
 
     def value(self, obs: Any, state: np.ndarray) -> np.ndarray:
         """The critic's values ``[n]`` of ``obs`` under ``state`` (bootstrapping)."""
-        self.view.state = torch.as_tensor(np.asarray(state, np.float32))
+        self.view.state = _state_tensor(state)
         return self.inner.value(obs)
 
     def state_dict(self) -> dict:
@@ -119,3 +148,15 @@ def _tensor(obs: Any) -> Any:
     if isinstance(obs, Mapping):
         return {key: torch.as_tensor(np.asarray(value)) for key, value in obs.items()}
     return torch.as_tensor(np.asarray(obs), dtype=torch.float32)
+
+
+def _state_tensor(state: Any) -> torch.Tensor:
+    """The state ``[n, state_size]`` as a float32 tensor, sharing a float32 array's memory."""
+    if (
+        isinstance(state, np.ndarray)
+        and state.dtype == np.float32
+        and state.flags.c_contiguous
+        and state.flags.writeable
+    ):
+        return torch.from_numpy(state)
+    return torch.as_tensor(np.asarray(state, np.float32))

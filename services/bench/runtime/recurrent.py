@@ -16,6 +16,16 @@ run's policy (:class:`~collector.onpolicy.OnPolicyWorker`, GAE targets, ``rollou
 rollout) and every rollout written to a FIFO replay table (:class:`~replay.table.ReplayTable`).
 The last line is JSON with ``recurrent_over_mlp_frame_cost``: the median over rounds of
 (seconds per frame of ``recurrent``) / (seconds per frame of ``mlp``); the target is <= 1.5.
+Beside it, ``cpu_ratios`` and their median ``recurrent_over_mlp_cpu_cost``: the same ratio of
+the process's CPU seconds per frame (``time.process_time``), which time the other processes of
+a loaded machine take from this one does not inflate (the wall ratio is what the target is on;
+the CPU ratio tells a slow machine from a slow path).
+
+What a recurrent step costs beyond the feed-forward one is the policy's: acting runs the
+network's one-step path (``forward_step``: the flat encoder, the trunk, ``torch.lstm_cell`` or
+``torch.gru_cell`` over the core's weights and the heads, no sequence machinery; see
+``docs/networks.md``), and the worker zeroes the states of the envs whose episode starts in
+place.
 """
 
 from __future__ import annotations
@@ -64,16 +74,17 @@ class Collection:
         self.table = ReplayTable(100_000, sampler="fifo", seed=seed)
         self.seq = 0
 
-    def run(self, seconds: float) -> float:
-        """Collects for about ``seconds``; returns seconds per frame (env step stored)."""
-        frames, start = 0, time.perf_counter()
+    def run(self, seconds: float) -> tuple[float, float]:
+        """Collects for about ``seconds``; returns wall and CPU seconds per frame stored."""
+        frames, start, cpu = 0, time.perf_counter(), time.process_time()
         while time.perf_counter() - start < seconds:
             batch = self.worker.rollout(self.steps, {}, policy_version=0)
             self.table.write(batch.transitions, "bench", self.seq)
             self.table.clear()  # as the lockstep loop does after each iteration
             self.seq += 1
             frames += batch.frames
-        return (time.perf_counter() - start) / max(frames, 1)
+        frames = max(frames, 1)
+        return (time.perf_counter() - start) / frames, (time.process_time() - cpu) / frames
 
 
 def measure(*, config_path: str, rounds: int, seconds: float, overrides: list[str]) -> dict:
@@ -92,12 +103,16 @@ def measure(*, config_path: str, rounds: int, seconds: float, overrides: list[st
     for path in paths.values():
         path.run(min(seconds, 1.0))  # warm-up: allocations, first tables
     costs: dict[str, list[float]] = {kind: [] for kind in KINDS}
-    ratios = []
+    cpu_costs: dict[str, list[float]] = {kind: [] for kind in KINDS}
+    ratios, cpu_ratios = [], []
     for index in range(rounds):
         order = KINDS if index % 2 == 0 else KINDS[::-1]
         for kind in order:
-            costs[kind].append(paths[kind].run(seconds))
+            wall, cpu = paths[kind].run(seconds)
+            costs[kind].append(wall)
+            cpu_costs[kind].append(cpu)
         ratios.append(costs["recurrent"][-1] / costs["mlp"][-1])
+        cpu_ratios.append(cpu_costs["recurrent"][-1] / cpu_costs["mlp"][-1])
     for path in paths.values():
         path.envs.close()
     return {
@@ -111,6 +126,8 @@ def measure(*, config_path: str, rounds: int, seconds: float, overrides: list[st
         "recurrent_frames_per_s": round(1 / statistics.median(costs["recurrent"]), 1),
         "mlp_frames_per_s": round(1 / statistics.median(costs["mlp"]), 1),
         "ratios": [round(r, 3) for r in ratios],
+        "cpu_ratios": [round(r, 3) for r in cpu_ratios],
+        "recurrent_over_mlp_cpu_cost": round(statistics.median(cpu_ratios), 3),
         "recurrent_over_mlp_frame_cost": round(statistics.median(ratios), 3),
         "target": 1.5,
     }
