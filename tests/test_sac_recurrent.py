@@ -11,10 +11,13 @@ from tensordict import TensorDict
 
 from collector.envs.spaces import describe
 from collector.networks.recurrent_squashed import RecurrentSquashedSpec
+from learner.config import LearnerConfig
+from learner.core import LearnerCore
 from learner.losses.sac_sequences import SequenceSACLoss
 from services.config import load_config
 from services.config.sections import ConfigError
 from services.config.spec import model_spec_for
+from services.policy.heads import PolicyHead
 from tests.conftest import ROOT
 from tests.test_algorithms_run import run_config
 
@@ -188,6 +191,44 @@ def test_targets_follow_the_critics_softly_and_the_checkpoint_round_trips():
     assert math.isclose(float(restored.alpha), 0.5, rel_tol=1e-6)
 
 
+def test_recurrent_sac_trains_through_the_stepper_and_its_learner_state_round_trips():
+    torch.manual_seed(9)
+    spec = sac_spec("gru")
+    config = LearnerConfig(loss="sac", recurrent="gru", hidden_sizes=(8,), lr=1e-2)
+    core = LearnerCore(spec, config)
+    assert isinstance(core.loss_module, SequenceSACLoss)
+    batch = sequence_batch(core.loss_module.network, steps=6, real=(6, 4, 2), burn_in=1)
+    alpha = core.loss_module.alpha.item()
+    actor_before = [p.clone() for p in core.loss_module.network.actor.parameters()]
+    metrics = core.train([batch] * 3)
+    assert {"loss_qvalue", "loss_actor", "loss_alpha", "alpha", "entropy"} <= set(metrics)
+    assert all(math.isfinite(float(v)) for v in metrics.values())
+    assert core.loss_module.alpha.item() != alpha
+    moved = core.loss_module.network.actor.parameters()
+    assert any(not torch.equal(a, b) for a, b in zip(actor_before, moved, strict=True))
+    restored = LearnerCore(spec, config)
+    restored.load_state_dict(core.state_dict())
+    for a, b in zip(
+        core.loss_module.state_dict().values(),
+        restored.loss_module.state_dict().values(),
+        strict=True,
+    ):
+        torch.testing.assert_close(a, b)
+    assert restored.version == core.version == 3
+
+
+def test_the_policy_head_acts_with_the_squashed_mean_and_returns_the_state():
+    torch.manual_seed(8)
+    network = sac_spec().build()
+    head = PolicyHead(network, "recurrent_squashed", gym.spaces.Box(-2.0, 2.0, (1,)))
+    obs, state = torch.randn(4, 2), torch.randn(4, network.spec.state_size)
+    action, next_state = head(obs, state)
+    mean, _, expected_state = network(obs.unsqueeze(1), state)
+    torch.testing.assert_close(action, network.mode(mean[:, 0]))
+    torch.testing.assert_close(next_state, expected_state)
+    assert head.recurrent and head.output == "action"
+
+
 @pytest.mark.parametrize(
     ("config", "overrides", "named"),
     [
@@ -196,6 +237,7 @@ def test_targets_follow_the_critics_softly_and_the_checkpoint_round_trips():
         ("pendulum_sac_lstm.yaml", ["collector.n_step=3"], "collector.n_step"),
         ("pendulum_sac_lstm.yaml", ["learner.sac.critic_hidden_sizes=[64]"],
          "learner.sac.critic_hidden_sizes"),
+        ("pendulum_sac_lstm.yaml", ["learner.network=my_nets:actor"], "learner.network"),
         ("pendulum_sac.yaml", ["replay.sequence_length=8"], "replay.sequence_length"),
     ],
 )  # fmt: skip

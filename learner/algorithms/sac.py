@@ -56,15 +56,21 @@ class SACOptions:
 
 
 def check_recurrent(config) -> None:
-    """Refuses what recurrent SAC cannot run: n-step transitions, critic widths of its own.
+    """Refuses what recurrent SAC cannot run: n-step transitions, critic widths, user networks.
 
     (Without ``replay.sequence_length`` it is refused by ``services.config.checks``.)
 
     Raises:
-        ValueError: Naming ``collector.n_step`` or ``learner.sac.critic_hidden_sizes``.
+        ValueError: Naming ``collector.n_step``, ``learner.sac.critic_hidden_sizes`` or
+            ``learner.network``.
     """
     if config.learner.recurrent == "none":
         return
+    if config.learner.network:
+        raise ValueError(
+            "learner.network: recurrent SAC trains the built-in recurrent actor and critics "
+            f"(collector.networks.recurrent_squashed), got {config.learner.network!r}"
+        )
     if config.collector.n_step != 1:
         raise ValueError(
             "collector.n_step: recurrent SAC learns one-step soft targets from its sequences; "
@@ -102,6 +108,7 @@ REGISTERED = (
         stepper="multi_optimizer",
         options={"sac": SACOptions},
         checks=(check_recurrent,),
+        modules=("learner.losses.sac_sequences",),  # the loss with learner.recurrent
         configs=(
             "pendulum_sac.yaml",
             "pendulum_sac_lstm.yaml",
