@@ -132,8 +132,11 @@ def test_the_unrolled_state_is_the_state_at_the_last_real_step():
     batch = sequence_batch(network, steps=8, real=(8, 5), burn_in=2)
     states = network.split_state(batch["recurrent_state"])
     for core, state in zip((network.actor, network.q1, network.q2), states, strict=True):
-        memories, last = loss.unroll(core, batch, state)
-        assert memories.shape[:2] == (2, 8 + 1 - 2)
+        memories, last = loss.unroll(core, batch, state, exact_state=True)
+        fused, _ = loss.unroll(core, batch, state)  # the losses' call: padding not skipped
+        assert memories.shape == fused.shape and memories.shape[:2] == (2, 8 + 1 - 2)
+        real_memories = torch.arange(7)[None, :] < torch.tensor([[7], [5 + 1 - 2]])
+        torch.testing.assert_close(memories[real_memories], fused[real_memories])
         for row, real in enumerate((8, 5)):
             step_state = state[row : row + 1]
             for t in range(real + 1):  # o_0 .. o_E, one step at a time

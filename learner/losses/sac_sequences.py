@@ -49,8 +49,7 @@ def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         >>> masked_mean(torch.tensor([[1.0, 3.0, 100.0]]), torch.tensor([[True, True, False]]))
         tensor(2.)
     """
-    mask = mask.to(x.dtype)
-    return (x * mask).sum() / mask.sum().clamp(min=1)
+    return torch.where(mask, x, torch.zeros_like(x)).sum() / mask.sum().clamp(min=1)
 
 
 class SequenceSACLoss(nn.Module):
@@ -92,23 +91,39 @@ class SequenceSACLoss(nn.Module):
         return self.log_alpha.detach().exp()
 
     def unroll(
-        self, core: Any, batch: TensorDict, state: torch.Tensor, *, grad: bool = True
+        self,
+        core: Any,
+        batch: TensorDict,
+        state: torch.Tensor,
+        *,
+        grad: bool = True,
+        exact_state: bool = False,
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """One core's memories of ``o_b .. o_L`` ``[B, L + 1 - b, hidden]`` and its last state.
+        """One core's memories of ``o_b .. o_L`` ``[B, L + 1 - b, hidden]`` and its state after.
 
         The burn-in steps run under ``no_grad`` from ``state`` (the stored one); the rest from
-        the state they reach, detached, with gradient when ``grad``. The returned state is the
-        state after each row's last real observation (padding leaves it unchanged).
+        the state they reach, detached, with gradient when ``grad``. The real steps of a stored
+        sequence are a prefix (``collector.sequence_worker`` pads its end), and a memory depends
+        only on the steps up to it, so the memories of real steps do not depend on the padding:
+        by default each part is one fused call of the core over every step (padding included;
+        the losses mask what follows the prefix). With ``exact_state`` the padded steps pass the
+        state unchanged (``valid``, a slower segmented call), so the returned state is the state
+        after each row's last real observation; otherwise it is the state after all the steps.
+        A row whose burn-in holds padding has no real learning step, so no loss reads it.
         """
         obs, valid = batch["observation"], batch["valid"].to(torch.bool)
         # o_0 is real; o_{t+1} exists where step t is real (o_E is the bootstrap state).
-        obs_valid = torch.cat([torch.ones_like(valid[:, :1]), valid], dim=1)
+        obs_valid = (
+            torch.cat([torch.ones_like(valid[:, :1]), valid], dim=1) if exact_state else None
+        )
         burn_in = burn_in_of(batch)
         if burn_in:
             with torch.no_grad():
-                _, state = core.memories(obs[:, :burn_in], state, valid=obs_valid[:, :burn_in])
+                head = None if obs_valid is None else obs_valid[:, :burn_in]
+                _, state = core.memories(obs[:, :burn_in], state, valid=head)
+        tail = None if obs_valid is None else obs_valid[:, burn_in:]
         with torch.set_grad_enabled(grad and torch.is_grad_enabled()):
-            return core.memories(obs[:, burn_in:], state.detach(), valid=obs_valid[:, burn_in:])
+            return core.memories(obs[:, burn_in:], state.detach(), valid=tail)
 
     def _states(self, batch: TensorDict) -> tuple[torch.Tensor, ...]:
         return self.network.split_state(batch["recurrent_state"].to(torch.float32))
@@ -142,7 +157,7 @@ class SequenceSACLoss(nn.Module):
         weight = batch.get("weight", None)
         if weight is not None:
             squared = weight.reshape(-1, 1).to(squared.dtype) * squared
-        td_abs = (target - torch.min(q1, q2)).detach().abs() * mask
+        td_abs = torch.where(mask, (target - torch.min(q1, q2)).detach().abs(), 0.0)
         return TensorDict(
             {
                 "loss_qvalue": masked_mean(squared, mask),
