@@ -43,6 +43,7 @@ STARTED_ELSEWHERE = {
     "spread_qmix.yaml": "test_marl_run.py",
     "spread_vdn.yaml": "test_marl_run.py",
     "statelesscartpole_r2d2.yaml": "test_r2d2_run.py",
+    "pendulum_sac_lstm.yaml": "test_sac_recurrent.py",
 }
 # Built in process only (a start adds nothing the others do not): the external-actor config
 # (no collectors; the gRPC run tests drive one), the multi-node and GPU configs (16 collectors,
