@@ -93,7 +93,7 @@ class RecurrentSquashedSpec(_RecurrentFields):
             raise ValueError("action_low, action_high: need one bound per action dimension")
         if not all(
             math.isfinite(lo) and math.isfinite(hi) and lo < hi
-            for lo, hi in zip(low, high, strict=False)
+            for lo, hi in zip(low, high, strict=True)
         ):
             raise ValueError("action_low, action_high: bounds must be finite with low < high")
 
