@@ -45,6 +45,7 @@ STARTED_ELSEWHERE = {
     "statelesscartpole_dqn_lstm.yaml": "test_dqn_recurrent.py",
     "statelesscartpole_r2d2.yaml": "test_r2d2_run.py",
     "statelesscartpole_r2d2_external.yaml": "test_grpc_sequences.py",
+    "pendulum_sac_lstm.yaml": "test_sac_recurrent.py",
 }
 # Built in process only (a start adds nothing the others do not): the external-actor config
 # (no collectors; the gRPC run tests drive one), the multi-node and GPU configs (16 collectors,

@@ -5,6 +5,9 @@
   policy sees no velocity and cannot balance for long; a recurrent one (``learner.recurrent``)
   infers it from successive observations (the task of POPGym's ``StatelessCartPole``, Morad et
   al., ICLR 2023, and of RLlib's ``StatelessCartPole`` example).
+* ``relayrl:StatelessPendulum-v1``: Pendulum-v1 with the angular velocity hidden: the
+  observation is ``[cos theta, sin theta]``, 200 steps at most (POPGym's and Ni et al.'s
+  velocity-masked Pendulum, "Recurrent Model-Free RL Can Be a Strong Baseline", ICML 2022).
 
 The ids are registered in gymnasium's ``relayrl`` namespace when this module is imported;
 :func:`collector.envs.vector.gym_id` maps ``relayrl:Name-vN`` to ``relayrl/Name-vN`` (gymnasium
@@ -16,6 +19,8 @@ Examples:
     >>> obs, _ = env.reset(seed=0)
     >>> obs.shape, env.spec.max_episode_steps
     ((2,), 500)
+    >>> gym.make("relayrl/StatelessPendulum-v1").observation_space.shape
+    (2,)
 """
 
 from __future__ import annotations
@@ -23,29 +28,49 @@ from __future__ import annotations
 import gymnasium as gym
 import numpy as np
 from gymnasium.envs.classic_control.cartpole import CartPoleEnv
+from gymnasium.envs.classic_control.pendulum import PendulumEnv
 
 NAMESPACE = "relayrl"
 VISIBLE = (0, 2)  # CartPole's observation: x, x_dot, theta, theta_dot
 
 
-class StatelessCartPole(gym.ObservationWrapper):
-    """CartPole with only the cart position and the pole angle observed."""
+class _Masked(gym.ObservationWrapper):
+    """An env with only the entries ``VISIBLE`` of its flat ``Box`` observation observed."""
+
+    VISIBLE: tuple[int, ...] = ()
 
     def __init__(self, env: gym.Env) -> None:
         super().__init__(env)
-        box = env.observation_space
+        box, visible = env.observation_space, list(self.VISIBLE)
         self.observation_space = gym.spaces.Box(
-            box.low[list(VISIBLE)], box.high[list(VISIBLE)], dtype=np.float32
+            box.low[visible], box.high[visible], dtype=np.float32
         )
 
     def observation(self, observation: np.ndarray) -> np.ndarray:
-        """The visible entries of CartPole's observation."""
-        return np.asarray(observation, np.float32)[list(VISIBLE)]
+        """The visible entries of the observation."""
+        return np.asarray(observation, np.float32)[list(self.VISIBLE)]
+
+
+class StatelessCartPole(_Masked):
+    """CartPole with only the cart position and the pole angle observed."""
+
+    VISIBLE = VISIBLE
+
+
+class StatelessPendulum(_Masked):
+    """Pendulum with only ``cos theta`` and ``sin theta`` observed (no angular velocity)."""
+
+    VISIBLE = (0, 1)  # Pendulum's observation: cos theta, sin theta, theta_dot
 
 
 def stateless_cartpole(**kwargs) -> gym.Env:
     """The entry point of ``relayrl/StatelessCartPole-v1``."""
     return StatelessCartPole(CartPoleEnv(**kwargs))
+
+
+def stateless_pendulum(**kwargs) -> gym.Env:
+    """The entry point of ``relayrl/StatelessPendulum-v1``."""
+    return StatelessPendulum(PendulumEnv(**kwargs))
 
 
 def register() -> None:
@@ -56,6 +81,12 @@ def register() -> None:
             entry_point="collector.envs.memory:stateless_cartpole",
             max_episode_steps=500,
             reward_threshold=475.0,
+        )
+    if f"{NAMESPACE}/StatelessPendulum-v1" not in gym.registry:
+        gym.register(
+            f"{NAMESPACE}/StatelessPendulum-v1",
+            entry_point="collector.envs.memory:stateless_pendulum",
+            max_episode_steps=200,
         )
 
 

@@ -14,6 +14,8 @@ The driver fills :class:`NetworkOptions` from the run's config and calls
     * ``cnn_actor_critic``: :class:`~collector.networks.cnn.PixelActorCriticSpec` (PPO, A2C on
       stacked frames);
     * ``squashed``: :class:`~collector.networks.squashed.SquashedGaussianSpec` (SAC);
+    * ``recurrent_q``, ``recurrent_actor_critic``, ``recurrent_squashed``: the recurrent twins
+      (:mod:`collector.networks.twins`);
     * ``agents``: :class:`~collector.networks.agents.AgentQSpec` (IQL, VDN, QMIX);
     * ``multi_input_q``, ``multi_input_actor_critic``: the same over structured observations
       (``Dict``/``Tuple``, ``Discrete``, ``MultiBinary``, ``Box`` of any rank), the per-key
@@ -136,7 +138,6 @@ def actor_critic(
 ) -> NetworkSpec:
     """A categorical (``Discrete`` actions) or Gaussian (``Box``) actor-critic MLP."""
     from collector.networks.actor_critic import ActorCriticSpec
-    from collector.noise import COLORS
 
     obs_dim = flat_obs_dim(options.env_id, obs_space)
     if isinstance(action_space, gym.spaces.Discrete):
@@ -153,8 +154,7 @@ def actor_critic(
         int(action_space.shape[0]),
         "gaussian",
         options.hidden_sizes,
-        noise_beta=COLORS[options.action_noise],
-        noise_horizon=episode_steps(options.env_id),
+        **noise_fields(options),
     )
 
 
@@ -171,7 +171,6 @@ def cnn_actor_critic(
 def squashed(options: NetworkOptions, obs_space: gym.Space, action_space: gym.Space) -> NetworkSpec:
     """SAC's tanh-Gaussian actor, squashed into the ``Box`` action space's bounds."""
     from collector.networks.squashed import SquashedGaussianSpec
-    from collector.noise import COLORS
 
     obs_dim = flat_obs_dim(options.env_id, obs_space)
     return SquashedGaussianSpec(
@@ -180,9 +179,18 @@ def squashed(options: NetworkOptions, obs_space: gym.Space, action_space: gym.Sp
         tuple(float(x) for x in action_space.low),
         tuple(float(x) for x in action_space.high),
         options.hidden_sizes,
-        noise_beta=COLORS[options.action_noise],
-        noise_horizon=episode_steps(options.env_id),
+        **noise_fields(options),
     )
+
+
+def noise_fields(options: NetworkOptions) -> dict:
+    """A Gaussian policy's ``noise_beta`` and ``noise_horizon`` (``collector.action_noise``)."""
+    from collector.noise import COLORS
+
+    return {
+        "noise_beta": COLORS[options.action_noise],
+        "noise_horizon": episode_steps(options.env_id),
+    }
 
 
 def episode_steps(env_id: str, default: int = 1000) -> int:
@@ -259,7 +267,6 @@ def multi_input_actor_critic(
     """An actor-critic with the per-key encoder over structured observations."""
     from collector.envs.spaces import describe
     from collector.networks.encoders import MultiInputActorCriticSpec
-    from collector.noise import COLORS
 
     layout = describe(obs_space, env_id=options.env_id)
     common = {
@@ -273,8 +280,7 @@ def multi_input_actor_critic(
         layout,
         int(action_space.shape[0]),
         "gaussian",
-        noise_beta=COLORS[options.action_noise],
-        noise_horizon=episode_steps(options.env_id),
+        **noise_fields(options),
         **common,
     )
 
@@ -283,18 +289,26 @@ def recurrent_q(
     options: NetworkOptions, obs_space: gym.Space, action_space: gym.Space
 ) -> NetworkSpec:
     """A recurrent Q-network (``learner.recurrent``) over any observation the encoder takes."""
-    from collector.envs.spaces import describe
     from collector.networks.recurrent import RecurrentQSpec
 
     return RecurrentQSpec(
+        *recurrent_fields(options, obs_space),
+        num_actions=int(action_space.n),
+        dueling=options.dueling,
+    )
+
+
+def recurrent_fields(options: NetworkOptions, obs_space: gym.Space) -> tuple:
+    """The leading fields every recurrent spec shares, in order (``_RecurrentFields``)."""
+    from collector.envs.spaces import describe
+
+    return (
         describe(obs_space, env_id=options.env_id),
         options.hidden_sizes,
         options.recurrent,
         options.recurrent_hidden_size,
         options.pixel_torso,
         options.discrete_encoding,
-        num_actions=int(action_space.n),
-        dueling=options.dueling,
     )
 
 
@@ -302,18 +316,9 @@ def recurrent_actor_critic(
     options: NetworkOptions, obs_space: gym.Space, action_space: gym.Space
 ) -> NetworkSpec:
     """A recurrent actor-critic (``learner.recurrent``), the action spaces of ``actor_critic``."""
-    from collector.envs.spaces import describe
     from collector.networks.recurrent import RecurrentActorCriticSpec
-    from collector.noise import COLORS
 
-    common = (
-        describe(obs_space, env_id=options.env_id),
-        options.hidden_sizes,
-        options.recurrent,
-        options.recurrent_hidden_size,
-        options.pixel_torso,
-        options.discrete_encoding,
-    )
+    common = recurrent_fields(options, obs_space)
     if isinstance(action_space, gym.spaces.Discrete):
         return RecurrentActorCriticSpec(*common, action_dim=int(action_space.n))
     if isinstance(action_space, gym.spaces.MultiDiscrete):
@@ -329,40 +334,21 @@ def recurrent_actor_critic(
         *common,
         action_dim=int(action_space.shape[0]),
         distribution="gaussian",
-        noise_beta=COLORS[options.action_noise],
-        noise_horizon=episode_steps(options.env_id),
+        **noise_fields(options),
     )
 
 
-# A recipe's network -> its recurrent twin (``learner.recurrent``); other networks have none.
-RECURRENT = {
-    "q_mlp": "recurrent_q",
-    "cnn_q": "recurrent_q",
-    "multi_input_q": "recurrent_q",
-    "actor_critic": "recurrent_actor_critic",
-    "cnn_actor_critic": "recurrent_actor_critic",
-    "multi_input_actor_critic": "recurrent_actor_critic",
-}
+def recurrent_squashed(
+    options: NetworkOptions, obs_space: gym.Space, action_space: gym.Space
+) -> NetworkSpec:
+    """SAC's recurrent actor and twin critics (``learner.recurrent``), ``squashed``'s bounds."""
+    from collector.networks.recurrent_squashed import RecurrentSquashedSpec
 
-
-def recurrent_network(network: str, recurrent: str) -> str:
-    """``network``'s recurrent twin with ``recurrent`` set, else ``network``.
-
-    Raises:
-        ValueError: Naming ``learner.recurrent`` for a network with no recurrent twin.
-
-    Examples:
-        >>> recurrent_network("cnn_actor_critic", "lstm"), recurrent_network("q_mlp", "none")
-        ('recurrent_actor_critic', 'q_mlp')
-    """
-    if recurrent == "none" or network in RECURRENT.values():
-        return network
-    if network not in RECURRENT:
-        raise ValueError(
-            f"learner.recurrent: {recurrent!r} has no recurrent form of the {network!r} network "
-            f"(recurrent networks: {sorted(set(RECURRENT))})"
-        )
-    return RECURRENT[network]
+    base = dataclasses.asdict(squashed(options, obs_space, action_space))
+    keep = ("action_dim", "action_low", "action_high", "noise_beta", "noise_horizon")
+    return RecurrentSquashedSpec(
+        *recurrent_fields(options, obs_space), **{k: base[k] for k in keep}
+    )
 
 
 # A recipe's network over flat observations -> its twin over structured ones.
@@ -394,4 +380,5 @@ NETWORKS: dict[str, NetworkBuilder] = {
     "multi_input_actor_critic": multi_input_actor_critic,
     "recurrent_q": recurrent_q,
     "recurrent_actor_critic": recurrent_actor_critic,
+    "recurrent_squashed": recurrent_squashed,
 }

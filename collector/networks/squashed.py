@@ -85,6 +85,27 @@ class SquashedGaussianSpec:
         )
 
 
+def squashed_sample(
+    mean: torch.Tensor,
+    log_std: torch.Tensor,
+    center: torch.Tensor,
+    half_range: torch.Tensor,
+    generator: torch.Generator | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """A reparameterized ``center + half_range * tanh(u)``, ``u ~ N(mean, exp(log_std))``.
+
+    Returns the action ``[..., action_dim]`` and its log-probability ``[...]`` (the module
+    docstring's change of variables); any leading dimensions (``[n]``, ``[B, T]``).
+    """
+    noise = torch.randn(mean.shape, generator=generator, device=mean.device)
+    u = mean + log_std.exp() * noise
+    log_prob = (-0.5 * noise.square() - log_std - 0.5 * math.log(2 * math.pi)).sum(-1)
+    # log(1 - tanh(u)^2) = 2 * (log 2 - u - softplus(-2u)), stable for large |u|.
+    log_det = 2 * (math.log(2) - u - nn.functional.softplus(-2 * u))
+    log_prob = log_prob - (log_det + half_range.log()).sum(-1)
+    return center + half_range * torch.tanh(u), log_prob
+
+
 class SquashedGaussianActor(nn.Module):
     """``obs -> (mean, log_std)`` of the pre-squash Gaussian; see the module docstring.
 
@@ -122,15 +143,7 @@ class SquashedGaussianActor(nn.Module):
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """A reparameterized action in the env's bounds and its log-probability ``[n]``."""
         mean, log_std = self(obs)
-        std = log_std.exp()
-        noise = torch.randn(mean.shape, generator=generator, device=mean.device)
-        u = mean + std * noise
-        squashed = torch.tanh(u)
-        log_prob = (-0.5 * noise.square() - log_std - 0.5 * math.log(2 * math.pi)).sum(-1)
-        # log(1 - tanh(u)^2) = 2 * (log 2 - u - softplus(-2u)), stable for large |u|.
-        log_det = 2 * (math.log(2) - u - nn.functional.softplus(-2 * u))
-        log_prob = log_prob - (log_det + self.half_range.log()).sum(-1)
-        return self.center + self.half_range * squashed, log_prob
+        return squashed_sample(mean, log_std, self.center, self.half_range, generator)
 
     def mode(self, obs: torch.Tensor) -> torch.Tensor:
         """The deterministic action ``center + half_range * tanh(mean)`` (evaluation)."""

@@ -4,6 +4,12 @@ The loss is ``learner.losses.sac`` (twin Q, Polyak targets, tanh-Gaussian actor,
 temperature), trained by the ``multi_optimizer`` stepper (one optimizer per named loss method);
 collectors sample the tanh-Gaussian actor (``squashed``), optionally with colored noise
 (``collector.action_noise``). Its options are ``learner.sac`` (:class:`SACOptions`).
+
+With ``learner.recurrent: lstm | gru`` the network is the recurrent actor and twin critics of
+``collector.networks.recurrent_squashed`` and the loss ``learner.losses.sac_sequences``: the
+collectors keep one state per env and write sequences (``replay.sequence_length``, required,
+with ``sequence_overlap`` and ``burn_in``; ``collector.sequence_worker``) as R2D2's do, each
+with the state before its first step; the returns are one-step (``collector.n_step: 1``).
 """
 
 from __future__ import annotations
@@ -30,7 +36,8 @@ class SACOptions:
         init_alpha: Initial temperature.
         learn_alpha: Learn the temperature toward ``target_entropy``.
         target_entropy: Entropy target; None is ``-action_dim``.
-        critic_hidden_sizes: Hidden widths of each Q-network (empty: ``learner.hidden_sizes``).
+        critic_hidden_sizes: Hidden widths of each Q-network (empty: ``learner.hidden_sizes``);
+            feed-forward only (the recurrent critics use ``learner.hidden_sizes``).
     """
 
     init_alpha: float = 1.0
@@ -48,6 +55,34 @@ class SACOptions:
         )
 
 
+def check_recurrent(config) -> None:
+    """Refuses what recurrent SAC cannot run: n-step transitions, critic widths, user networks.
+
+    (Without ``replay.sequence_length`` it is refused by ``services.config.checks``.)
+
+    Raises:
+        ValueError: Naming ``collector.n_step``, ``learner.sac.critic_hidden_sizes`` or
+            ``learner.network``.
+    """
+    if config.learner.recurrent == "none":
+        return
+    if config.learner.network:
+        raise ValueError(
+            "learner.network: recurrent SAC trains the built-in recurrent actor and critics "
+            f"(collector.networks.recurrent_squashed), got {config.learner.network!r}"
+        )
+    if config.collector.n_step != 1:
+        raise ValueError(
+            "collector.n_step: recurrent SAC learns one-step soft targets from its sequences; "
+            f"must be 1, got {config.collector.n_step}"
+        )
+    if config.learner.sac.critic_hidden_sizes:
+        raise ValueError(
+            "learner.sac.critic_hidden_sizes: the recurrent critics use learner.hidden_sizes; "
+            f"leave it empty, got {list(config.learner.sac.critic_hidden_sizes)}"
+        )
+
+
 REGISTERED = (
     Algorithm(
         name="sac",
@@ -56,6 +91,7 @@ REGISTERED = (
         loss_factory="learner.losses.sac:sac_loss",
         network="squashed",
         actions="continuous",
+        recurrent=True,  # learner.recurrent: collector.networks.recurrent_squashed
         defaults={
             "collector": {"env_id": "Pendulum-v1", "n_step": 1},
             "replay": {"capacity": 200_000},
@@ -71,8 +107,11 @@ REGISTERED = (
         },
         stepper="multi_optimizer",
         options={"sac": SACOptions},
+        checks=(check_recurrent,),
+        modules=("learner.losses.sac_sequences",),  # the loss with learner.recurrent
         configs=(
             "pendulum_sac.yaml",
+            "pendulum_sac_lstm.yaml",
             "mountaincar_continuous_sac.yaml",
             "hopper_sac.yaml",
         ),

@@ -157,8 +157,15 @@ class SACLoss(nn.Module):
                 p_target.lerp_(p, tau)
 
 
-def sac_loss(policy_network: nn.Module, config) -> SACLoss:
-    """The built-in ``loss: sac`` factory (options from ``config.sac``)."""
+def sac_loss(policy_network: nn.Module, config) -> nn.Module:
+    """The built-in ``loss: sac`` factory (options from ``config.sac``).
+
+    With ``learner.recurrent`` the loss is ``learner.losses.sac_sequences`` over stored sequences.
+    """
+    if getattr(config, "recurrent", "none") != "none":
+        from learner.losses.sac_sequences import sac_sequence_loss
+
+        return sac_sequence_loss(policy_network, config)
     options = config.sac
     return SACLoss(
         policy_network,

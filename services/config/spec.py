@@ -18,7 +18,8 @@ import gymnasium as gym
 from collector.envs.images import parse as parse_images
 from collector.envs.spaces import observation_space
 from collector.envs.vector import make_env, missing_extra_hint
-from collector.networks.builders import NETWORKS, NetworkOptions, recurrent_network
+from collector.networks.builders import NETWORKS, NetworkOptions
+from collector.networks.twins import recurrent_network
 from services.config import multiagent
 from services.config.actions import masked_observation_space
 from services.config.checks import check_spaces

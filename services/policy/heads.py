@@ -13,10 +13,11 @@ by construction:
 * ``squashed`` (SAC): the mean action ``center + half_range * tanh(mean)`` in the bounds.
 * ``agents`` (IQL, VDN, QMIX): per-agent Q-values ``[B, n_agents, n_actions]`` from the
   agents' observations ``[B, n_agents, width]`` (the network appends the agent ids).
-* ``recurrent_q``, ``recurrent_actor_critic`` (``learner.recurrent``): what ``q`` and
-  ``actor_critic`` give, from one step's observations ``[B, *obs_shape]`` and the state before
-  the step ``[B, state_size]``; ``forward(observation, state)`` returns the scores (or action)
-  and the state after the step, ``next_state`` (the network runs a sequence of length 1).
+* ``recurrent_q``, ``recurrent_actor_critic``, ``recurrent_squashed`` (``learner.recurrent``):
+  what ``q``, ``actor_critic`` and ``squashed`` give, from one step's observations
+  ``[B, *obs_shape]`` and the state before the step ``[B, state_size]``;
+  ``forward(observation, state)`` returns the scores (or action) and the state after the step,
+  ``next_state`` (the network runs a sequence of length 1).
 
 With ``collector.action_mask_key`` :class:`MaskedHead` (:class:`RecurrentMaskedHead` for the
 recurrent families) takes the mask as its last input.
@@ -47,8 +48,9 @@ OUTPUTS = {
     "agents": "q_values",
     "recurrent_q": "q_values",
     "recurrent_actor_critic": "logits",
+    "recurrent_squashed": "action",
 }
-RECURRENT_FAMILIES = ("recurrent_q", "recurrent_actor_critic")
+RECURRENT_FAMILIES = ("recurrent_q", "recurrent_actor_critic", "recurrent_squashed")
 
 
 class PolicyHead(nn.Module):
@@ -56,8 +58,8 @@ class PolicyHead(nn.Module):
 
     Args:
         network: The trained network of the family.
-        family: ``q``, ``actor_critic``, ``squashed``, ``agents``, ``recurrent_q`` or
-            ``recurrent_actor_critic``.
+        family: ``q``, ``actor_critic``, ``squashed``, ``agents``, ``recurrent_q``,
+            ``recurrent_actor_critic`` or ``recurrent_squashed``.
         action_space: The env's action space (bounds of a ``Box``; discrete or not).
 
     Attributes:
@@ -114,6 +116,8 @@ class PolicyHead(nn.Module):
             else:
                 steps = observation.unsqueeze(1)
             out, *_, next_state = self.network(steps, state)
+            if self.family == "recurrent_squashed":  # the mean before squashing
+                return self.network.mode(out[:, 0]), next_state
             return self._clip(out[:, 0]), next_state
         if self.family == "actor_critic":
             return self._clip(self.network(observation)[0])
