@@ -46,13 +46,9 @@ from collector.envs.vector import (
     is_factory_path,
     make_vector_env,
 )
-from collector.networks.builders import (
-    NETWORKS,
-    NetworkOptions,
-    network_for_space,
-    recurrent_network,
-)
+from collector.networks.builders import NETWORKS, NetworkOptions, network_for_space
 from collector.networks.q_mlp import ModelSpec
+from collector.networks.twins import recurrent_network
 from collector.rollout import RolloutWorker
 from collector.sequence_worker import SequenceLayout, SequenceWorker
 from services.grpc.client import RelayClient
