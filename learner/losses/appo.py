@@ -35,6 +35,7 @@ from learner.losses.chunks import (
     masked_mean,
     normalized,
 )
+from learner.losses.common import follow
 
 
 class APPOLoss(nn.Module):
@@ -128,13 +129,7 @@ class APPOLoss(nn.Module):
     @torch.no_grad()
     def update_target(self, tau: float = 1.0) -> None:
         """Copies (``tau=1``) or Polyak-averages the current actor-critic into pi_old."""
-        for old, new in zip(
-            self.old_actor_critic.parameters(), self.actor_critic.parameters(), strict=True
-        ):
-            if tau >= 1.0:
-                old.copy_(new)
-            else:
-                old.lerp_(new, tau)
+        follow(self.old_actor_critic, self.actor_critic, tau)
 
 
 def appo_loss(policy_network: nn.Module, config) -> APPOLoss:

@@ -74,3 +74,23 @@ def normalized(advantage: torch.Tensor, enabled: bool) -> torch.Tensor:
     if not enabled or advantage.numel() < 2:
         return advantage
     return (advantage - advantage.mean()) / (advantage.std() + 1e-8)
+
+
+@torch.no_grad()
+def follow(target: torch.nn.Module, online: torch.nn.Module, tau: float) -> None:
+    """Copies (``tau >= 1``) or Polyak-averages ``online``'s parameters into ``target``'s.
+
+    The target-network update every value-based and actor-critic loss here shares (DQN,
+    sequence Q-learning, SAC, APPO's old policy, the multi-agent mixers).
+
+    Examples:
+        >>> a, b = torch.nn.Linear(1, 1), torch.nn.Linear(1, 1)
+        >>> follow(a, b, 1.0)
+        >>> bool(torch.equal(a.weight, b.weight))
+        True
+    """
+    for t, o in zip(target.parameters(), online.parameters(), strict=True):
+        if tau >= 1.0:
+            t.copy_(o)
+        else:
+            t.lerp_(o, tau)

@@ -19,6 +19,7 @@ from tensordict import TensorDict
 from torch import nn
 
 from collector.networks.distributions import masked_logits
+from learner.losses.common import follow
 
 
 class DQNLoss(nn.Module):
@@ -88,13 +89,7 @@ class DQNLoss(nn.Module):
     @torch.no_grad()
     def update_target(self, tau: float = 1.0) -> None:
         """Copies (``tau=1``) or Polyak-averages the online weights into the target network."""
-        for target, online in zip(
-            self.target_network.parameters(), self.value_network.parameters(), strict=True
-        ):
-            if tau >= 1.0:
-                target.copy_(online)
-            else:
-                target.lerp_(online, tau)
+        follow(self.target_network, self.value_network, tau)
 
 
 def dqn_loss(policy_network: nn.Module, config) -> nn.Module:

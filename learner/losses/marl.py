@@ -16,6 +16,7 @@ from tensordict import TensorDict
 from torch import nn
 
 from collector.networks.distributions import masked_logits
+from learner.losses.common import follow
 from learner.losses.mixers import make_mixer
 
 
@@ -137,13 +138,7 @@ class MultiAgentQLoss(nn.Module):
             assert self.target_mixer is not None  # a copy of the mixer
             pairs.append((self.target_mixer, self.mixer))
         for target_module, online_module in pairs:
-            for target, online in zip(
-                target_module.parameters(), online_module.parameters(), strict=True
-            ):
-                if tau >= 1.0:
-                    target.copy_(online)
-                else:
-                    target.lerp_(online, tau)
+            follow(target_module, online_module, tau)
 
 
 def marl_loss(policy_network: nn.Module, config) -> MultiAgentQLoss:

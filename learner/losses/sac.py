@@ -30,6 +30,7 @@ from tensordict import TensorDict
 from torch import nn
 
 from collector.networks.common import mlp_trunk
+from learner.losses.common import follow
 
 
 class QNetwork(nn.Module):
@@ -152,9 +153,8 @@ class SACLoss(nn.Module):
     @torch.no_grad()
     def update_target(self, tau: float = 0.005) -> None:
         """Polyak-averages the critics into their targets (``tau = 1`` copies)."""
-        for online, target in ((self.q1, self.q1_target), (self.q2, self.q2_target)):
-            for p_target, p in zip(target.parameters(), online.parameters(), strict=True):
-                p_target.lerp_(p, tau)
+        follow(self.q1_target, self.q1, tau)
+        follow(self.q2_target, self.q2, tau)
 
 
 def sac_loss(policy_network: nn.Module, config) -> nn.Module:

@@ -41,6 +41,8 @@ import torch
 from tensordict import TensorDict
 from torch import nn
 
+from learner.losses.common import follow
+
 
 def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """The mean of ``x`` over the ``mask``ed entries (0 when none is).
@@ -210,10 +212,8 @@ class SequenceSACLoss(nn.Module):
     @torch.no_grad()
     def update_target(self, tau: float = 0.005) -> None:
         """Polyak-averages the critics into their targets (``tau = 1`` copies)."""
-        pairs = ((self.network.q1, self.q1_target), (self.network.q2, self.q2_target))
-        for online, target in pairs:
-            for p_target, p in zip(target.parameters(), online.parameters(), strict=True):
-                p_target.lerp_(p, tau)
+        follow(self.q1_target, self.network.q1, tau)
+        follow(self.q2_target, self.network.q2, tau)
 
 
 def burn_in_of(batch: TensorDict) -> int:

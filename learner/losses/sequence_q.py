@@ -31,6 +31,8 @@ import torch.nn.functional as F
 from tensordict import TensorDict
 from torch import nn
 
+from learner.losses.common import follow
+
 PENALTIES = ("squared", "huber")
 
 
@@ -174,13 +176,7 @@ class SequenceQLoss(nn.Module):
     @torch.no_grad()
     def update_target(self, tau: float = 1.0) -> None:
         """Copies (``tau=1``) or Polyak-averages the online weights into the target network."""
-        for target, online in zip(
-            self.target_network.parameters(), self.value_network.parameters(), strict=True
-        ):
-            if tau >= 1.0:
-                target.copy_(online)
-            else:
-                target.lerp_(online, tau)
+        follow(self.target_network, self.value_network, tau)
 
 
 __all__ = ["PENALTIES", "SequenceQLoss", "mixed_priority"]
