@@ -2,31 +2,16 @@
 
 R2D2 is the sequence Q-learning core (``learner.losses.sequence_q``: burn-in, n-step double-Q
 targets over each sequence, masks, target updates) with a squared penalty, value rescaling ``h``
-and the mixed sequence priority. Its math, whole:
+and the mixed sequence priority: the core's math (its module docstring: burn-in, values,
+n-step double-Q targets ``y_t``, priority) with ``h`` the value rescaling below and the penalty
+``0.5 (y_t - q_t)^2``.
 
-A batch holds sequences (``collector.sequence_worker``): observations ``o_0 .. o_L``, actions,
-rewards, ``terminated``, ``valid [B, L]`` (False on padding), the stored state ``s`` before
-step 0 and the burn-in length ``b``. With ``Q`` the online and ``Q'`` the target network::
-
-    burn-in     s_b = Q.state(o_0 .. o_{b-1} | s), s'_b = Q'.state(...)   (no gradient, no loss)
-    values      q_t = Q(o_t | s_b)[a_t],  t = b .. L-1 (valid steps)
-    n-step      k_t = min(n, E - t)      (E: the sequence's real steps; o_E its next state)
-                G_t = sum_{i<k_t} gamma^i r_{t+i}
-    target      y_t = h(G_t + gamma^k_t (1 - d_t) h^{-1}(Q'(o_{t+k_t} | s'_b)[a*])),
-                a*  = argmax_a Q(o_{t+k_t} | s_b)[a]                    (double Q-learning)
-    loss        loss_q = mean_items(w * mean_t 0.5 (y_t - q_t)^2)
-    priority    p = eta * max_t |y_t - q_t| + (1 - eta) * mean_t |y_t - q_t|
-
-``d_t`` is 1 where the window ends on the episode's termination (only a sequence's last real
-step can terminate: sequences never cross an episode boundary); a truncation or the
-sequence's end bootstraps. ``h(x) = sign(x)(sqrt(|x| + 1) - 1) + eps x`` is the value rescaling
+``h(x) = sign(x)(sqrt(|x| + 1) - 1) + eps x`` is the value rescaling
 (Pohlen et al., 2018; ``eps = 1e-3``) with the closed-form inverse
 
     h^{-1}(x) = sign(x) (((sqrt(1 + 4 eps (|x| + 1 + eps)) - 1) / (2 eps))^2 - 1);
 
-without rescaling ``h`` is the identity. ``w`` is the item's importance weight (prioritized
-replay; 1 otherwise); the means over ``t`` run over valid post-burn-in steps. Padding enters
-neither the loss, nor the priority, nor a state (``collector.networks.recurrent``).
+without rescaling (``learner.r2d2.value_rescaling: false``) ``h`` is the identity.
 """
 
 from __future__ import annotations
