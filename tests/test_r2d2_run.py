@@ -4,9 +4,12 @@ from tests.test_algorithms_run import run_config
 
 
 def test_r2d2_learns_stateless_cartpole_from_sequences(ray_cluster, tmp_path):
+    # Deterministic (run.deterministic): the asynchronous loop's return at this budget varied
+    # with the machine's load (56.75 once in CI); this one is the same every run (107.15).
     summary, _, rounds = run_config(
         "statelesscartpole_r2d2.yaml",
         tmp_path,
+        "run.deterministic=true",
         "controller.total_frames=20000",
         "controller.init_random_frames=1000",
         "controller.utd_ratio=0.1",
