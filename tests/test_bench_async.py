@@ -13,8 +13,10 @@ from tests.conftest import PYTHON, ROOT, cli_env
 @pytest.mark.e2e
 def test_the_bench_reports_both_loops_and_their_ratio():
     command = ["-m", "services.bench", "async", "--tasks", "cartpole", "--repeats", "1"]
+    # 4,096 frames an arm: 8 lockstep iterations of 512 frames, 4 asynchronous batches of 1,024
+    # steps; the figures' plumbing is what is checked, not their size.
     done = subprocess.run(
-        [PYTHON, *command, "--cartpole-frames", "8192"],
+        [PYTHON, *command, "--cartpole-frames", "4096"],
         cwd=ROOT,
         env=cli_env(),
         capture_output=True,
@@ -27,7 +29,7 @@ def test_the_bench_reports_both_loops_and_their_ratio():
     cartpole = report["tasks"]["cartpole"]
     for arm in (lockstep, asynchronous):
         figures = cartpole[arm]
-        assert figures["frames"] >= 8192 and figures["frames_per_s"] > 0, arm
+        assert figures["frames"] >= 4096 and figures["frames_per_s"] > 0, arm
         assert 0 <= figures["collector_wait_fraction"] <= 1, arm
         assert 0 <= figures["dropped_fraction"] < 1, arm
         assert 0 < figures["learner_busy_fraction"] <= 1, arm

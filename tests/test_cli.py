@@ -1,17 +1,16 @@
 """End-to-end runs of ``python -m services.train`` as a subprocess."""
 
 import json
-import subprocess
 from pathlib import Path
 
 import pytest
 
-from services import train
-from tests.conftest import PYTHON, ROOT, cli_env, run_cli
+from services import evaluate, train
+from tests.conftest import run_cli
 
 
 @pytest.mark.e2e
-def test_default_job_learns_cartpole(tmp_path, joining_env):
+def test_default_job_learns_cartpole(tmp_path, joining_env, capsys):
     # On the session's Ray (the embedded start: test_relayrl_cli, test_faults, test_grpc_run).
     result = run_cli(
         "--config",
@@ -41,19 +40,15 @@ def test_default_job_learns_cartpole(tmp_path, joining_env):
     assert (tmp_path / "run" / "config.yaml").exists()
     assert (tmp_path / "run" / "metrics.jsonl").read_text().count("\n") >= 1
 
-    # After training: the evaluate command replays that evaluation and records it
+    # After training: the evaluate command replays that evaluation and records it. Its main in
+    # this process (``python -m services.evaluate`` exits with what it returns; the ``-m`` form
+    # itself: test_relayrl_cli), without a second Python and torch start-up.
     video = tmp_path / "video"
-    command = [PYTHON, "-m", "services.evaluate", str(tmp_path / "run"), "--video", str(video)]
-    played = subprocess.run(
-        [*command, "--video-every", "2"],
-        cwd=ROOT,
-        env=cli_env(),
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert played.returncode == 0, played.stderr[-3000:]
-    lines = played.stdout.strip().splitlines()
+    capsys.readouterr()
+    played = evaluate.main([str(tmp_path / "run"), "--video", str(video), "--video-every", "2"])
+    out, err = capsys.readouterr()
+    assert played == 0, err[-3000:]
+    lines = out.strip().splitlines()
     replay = json.loads(lines[-1])
     assert [line.split(":")[0] for line in lines[:-1]] == ["episode 1", "episode 2", "episode 3"]
     assert replay["version"] == summary["eval_version"] == summary["published_version"]

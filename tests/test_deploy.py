@@ -199,11 +199,16 @@ def head():
 def test_a_stopped_job_resumes_at_two_ranks_beside_a_fresh_job_each_apart(head, storage_root):
     # No run.dir: the job writes under the storage root (RELAYRL_STORAGE, the test's), never
     # inside its working directory, and a second job resumes from the printed run directory.
+    # The stopped job and its resume run one collector and one shard: each actor is a torch
+    # import on 2 shared cores, and what is checked here is the job's stop, storage and resume
+    # (at two learner ranks), not the fleet's layout (the fresh job below runs the default one).
+    small = ["--set", "collector.num_collectors=1", "--set", "replay.num_shards=1"]
     job_id = head.submit(
         "--set",
         "controller.total_frames=10000000",
         "--set",
         "controller.log_interval_s=0.5",
+        *small,
     )
     # The first progress line with episodes: the job is training.
     head.follow(job_id, until=lambda line: line.startswith("frames ") and "return -" not in line)
@@ -235,6 +240,7 @@ def test_a_stopped_job_resumes_at_two_ranks_beside_a_fresh_job_each_apart(head, 
         summary["run_dir"],
         "--set",
         f"controller.total_frames={summary['frames'] + 2000}",
+        *small,
     ]
     more = ["--set", "learner.world_size=2", "--set", "controller.log_interval_s=1"]
     with ThreadPoolExecutor(2) as submitting:

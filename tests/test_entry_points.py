@@ -101,9 +101,12 @@ def test_a_bare_init_fails_on_the_stale_file_but_the_entry_points_run(stale_clus
     assert bare.returncode != 0  # the stale file is really there and really read
     assert "When connecting to an existing cluster, num_cpus" in bare.stderr
     storage = os.path.join(stale_cluster_file["RAY_TMPDIR"], "runs")
+    # The smallest run (one collector, one shard): what is checked is that the entry point
+    # starts its own Ray beside the stale file, not the run's layout.
     train = subprocess.run(
         [PYTHON, "-m", "services.train", "--set", "controller.total_frames=500",
-         "--set", "metrics.enabled=false", "--set", "ray.dashboard=false"],
+         "--set", "metrics.enabled=false", "--set", "ray.dashboard=false",
+         "--set", "collector.num_collectors=1", "--set", "replay.num_shards=1"],
         cwd=ROOT,
         env={**stale_cluster_file, "RELAYRL_STORAGE": storage},
         capture_output=True,

@@ -45,7 +45,10 @@ def test_frames_spent_count_an_exploit_from_the_donors_frames_and_the_threshold_
 
 def test_the_bench_runs_both_searches_from_the_same_samples(ray_cluster, tmp_path, capsys):
     argv = ["tune", "--config", "deploy/configs/cartpole_ppo.yaml", "--threshold", "5"]
-    argv += ["--population", "2", "--frames-per-trial", "2048", "--perturbation-frames", "512"]
+    # 1,024 frames a trial (4 PPO iterations of 256) with one perturbation point, at 512: what
+    # is checked is the bench's accounting and its two searches' shared samples, not learning
+    # (any episode of CartPole returns more than the threshold of 5).
+    argv += ["--population", "2", "--frames-per-trial", "1024", "--perturbation-frames", "512"]
     argv += ["--out", str(tmp_path)]  # both trials at once (the default)
     argv += [arg for item in TINY for arg in ("--set", item)]
     assert bench_main(argv) == 0
@@ -56,13 +59,13 @@ def test_the_bench_runs_both_searches_from_the_same_samples(ray_cluster, tmp_pat
         assert search["live_population"] == 2, name
         assert not search["errors"], name
         # an exploited trial continues from its donor's frames instead of spending its own
-        spent_at_least = 2 * 2048 if name == "random" else 2048
+        spent_at_least = 2 * 1024 if name == "random" else 1024
         assert search["frames_spent"] >= spent_at_least, name
         assert search["search_frames_to_threshold"] <= search["frames_spent"], name  # reached 5
         assert isinstance(search["best_return"], float), name
         assert search["mean_final_return"] <= search["best_return"], name
         assert Path(search["dir"], "trials.csv").exists(), name
-        assert all(t["final_frames"] >= 2048 for t in search["per_trial"].values()), name
+        assert all(t["final_frames"] >= 1024 for t in search["per_trial"].values()), name
     random_ = report["random"]
     assert random_["trial_frames_to_threshold"] <= random_["search_frames_to_threshold"]
     assert random_["exploits"] == 0 and report["pbt"]["exploits"] >= 0
