@@ -247,7 +247,10 @@ def test_feed_forward_dqn_ignores_the_recurrent_options():
 def test_recurrent_dqn_trains_on_sequences_and_resumes_from_its_checkpoint(ray_cluster, tmp_path):
     small = [
         "metrics.enabled=false",
-        "collector.num_collectors=2",
+        # One collector and one shard: each actor imports torch as it starts, and neither the
+        # training signal nor the resume needs a second.
+        "collector.num_collectors=1",
+        "replay.num_shards=1",
         "collector.envs_per_collector=4",
         "collector.rollout_frames=128",
         "controller.init_random_frames=1000",
