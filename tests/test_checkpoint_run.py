@@ -11,6 +11,7 @@ from services import train
 from services.checkpoints.store import sha256_file, verify
 from services.config import load_config
 from services.driver.controller import Controller
+from services.run.launch import prepare_run
 from tests.conftest import run_cli
 
 SMALL = [
@@ -114,6 +115,8 @@ def test_cut_is_consistent_and_resume_is_exact(ray_cluster, tmp_path):
 def test_dead_learner_is_restored_from_the_latest_checkpoint(ray_cluster, tmp_path):
     config = small_config(
         "ck-d",
+        "collector.num_collectors=1",  # the rank is killed; one collector and shard feed it
+        "replay.num_shards=1",
         "controller.total_frames=4000",
         "checkpoint.interval_frames=1500",
         f"checkpoint.dir={tmp_path}",
@@ -146,18 +149,21 @@ def test_dead_learner_is_restored_from_the_latest_checkpoint(ray_cluster, tmp_pa
 @pytest.mark.e2e
 def test_bad_checkpoints_are_refused_and_older_ones_stay_loadable(tmp_path, capsys, joining_env):
     run_dir = tmp_path / "run"
-    result = run_cli(
-        "--set",
-        "controller.total_frames=3000",
-        "--set",
-        "checkpoint.interval_frames=1000",
-        "--set",
-        f"run.dir={run_dir}",
-        "--set",
-        "metrics.enabled=false",
-        env=joining_env,
+    # One collector and one shard (the defaults are 2 of each): fewer actors to start, twice.
+    one_each = ["collector.num_collectors=1", "replay.num_shards=1"]
+    # The run that writes the checkpoints runs in this process on the session's Ray, as the CLI
+    # runs it (prepare_run, execute), without a CLI's own start-up; the resume below is the CLI.
+    config = load_config(
+        overrides=[
+            *one_each,
+            "controller.total_frames=3000",
+            "checkpoint.interval_frames=1000",
+            f"run.dir={run_dir}",
+            "metrics.enabled=false",
+        ]
     )
-    assert result.returncode == 0, result.stderr[-2000:]
+    assert prepare_run(config).execute()["frames"] >= 3000
+    capsys.readouterr()  # its output; the refusals' is read below
     rotation = run_dir / "checkpoints"
     checkpoints = sorted(p for p in rotation.iterdir() if p.name.startswith("ckpt-"))
     assert len(checkpoints) == 3
@@ -186,6 +192,7 @@ def test_bad_checkpoints_are_refused_and_older_ones_stay_loadable(tmp_path, caps
     resumed = run_cli(
         "--resume",
         str(rotation),
+        *(arg for setting in one_each for arg in ("--set", setting)),
         "--set",
         "controller.total_frames=4000",
         "--set",
