@@ -42,8 +42,10 @@ class CrashOnce(gym.Wrapper):
         return self.env.step(action)
 
 
-def make_group(name, count, env_id="CartPole-v1", **kwargs):
-    shards = [remote_shard(name, i, 50_000, num_cpus=0) for i in range(count)]
+def make_group(name, count, env_id="CartPole-v1", num_shards=None, **kwargs):
+    """``count`` collectors writing to ``num_shards`` shards (as many as collectors by default)."""
+    num_shards = count if num_shards is None else num_shards
+    shards = [remote_shard(name, i, 50_000, num_cpus=0) for i in range(num_shards)]
     group = CollectorGroup(name, count, env_id, 4, SPEC, shards, 1, num_cpus=0, **kwargs)
     group.wait_ready()
     return group, shards
@@ -195,7 +197,8 @@ def test_killed_collector_restarts_with_weights_and_exact_accounting(ray_cluster
 
 
 def test_rollouts_through_a_hub_and_a_lost_hub_loses_only_its_rollouts(ray_cluster):
-    group, shards = make_group("hubbed", 2, aggregate=True)
+    # Two collectors through the one hub; one shard stores for both (each shard is a process).
+    group, shards = make_group("hubbed", 2, num_shards=1, aggregate=True)
     weights = publish(0, 3, 0.2)
     try:
         assert len(group.hubs) == 1  # one node, one hub
