@@ -68,6 +68,9 @@ class OnPolicyOptions:
         check_field(self.ent_coef >= 0, "ent_coef", "must be >= 0", self.ent_coef)
 
 
+MINIBATCH_UNITS = ("chunks", "steps")
+
+
 @dataclasses.dataclass(frozen=True)
 class VTraceOptions:
     """Options of the V-trace losses (IMPALA, APPO) and of their asynchronous rounds.
@@ -92,7 +95,13 @@ class VTraceOptions:
             learner that fell behind catches up without a driver round trip per batch (1: one
             batch per round). At most ``queue_batches``.
         normalize_advantage: Standardize the policy-gradient advantages over each minibatch's
-            valid steps (as PPO's ``learner.onpolicy.normalize_advantage``).
+            valid steps (as PPO's ``learner.onpolicy.normalize_advantage``); with
+            ``minibatch_unit: steps``, over the rank's whole batch once per pass.
+        minibatch_unit: ``chunks``: each minibatch is whole chunks, V-trace recomputed on it
+            at every optimizer step (IMPALA's and RLlib's). ``steps`` (APPO, feed-forward
+            policies): V-trace once per pass over the whole batch with the critic and old
+            policy of the pass's start, then minibatches of steps drawn across every chunk, as
+            PPO draws its minibatches (``learner.losses.appo``).
     """
 
     num_epochs: int = 1
@@ -108,9 +117,13 @@ class VTraceOptions:
     queue_batches: int = 4
     max_round_batches: int = 1
     normalize_advantage: bool = False
+    minibatch_unit: str = "chunks"
 
     def __post_init__(self) -> None:
         check_field(self.num_epochs >= 1, "num_epochs", "must be >= 1", self.num_epochs)
+        unit = self.minibatch_unit
+        rule = f"must be one of {MINIBATCH_UNITS}"
+        check_field(unit in MINIBATCH_UNITS, "minibatch_unit", rule, unit)
         check_field(
             self.num_minibatches >= 1, "num_minibatches", "must be >= 1", self.num_minibatches
         )

@@ -269,3 +269,20 @@ def test_a_learner_rank_killed_mid_round_loses_no_counted_frame(ray_cluster, tmp
     room = (summary["items_lost"] + summary["queued_chunks"]) * steps
     left = summary["frames"] - summary["frames_trained"] - summary["frames_dropped"]
     assert 0 <= left <= room
+
+
+def test_appo_minibatches_of_steps_learn_under_ddp(ray_cluster, tmp_path):
+    """``learner.vtrace.minibatch_unit: steps`` on 2 ranks: V-trace once per pass, then steps."""
+    summary, seen = run_config(
+        "cartpole_appo.yaml",
+        tmp_path,
+        "controller.total_frames=40000",
+        "learner.vtrace.minibatch_unit=steps",
+        "learner.world_size=2",
+        "collector.num_collectors=1",
+    )
+    assert summary["episode_return_mean"] > 60  # random play: about 22
+    assert_frames_exact(summary, batch=32, steps=2)
+    receipt = seen["rounds"][-1]
+    assert receipt.samples == 16 * 32  # each rank: its 16 chunks' 32 steps, one pass
+    assert {"clip_fraction", "approx_kl", "rho_mean"} <= set(receipt.metrics)

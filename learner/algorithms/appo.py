@@ -21,6 +21,30 @@ from learner.algorithms.spec import (
 )
 from learner.options import VTraceOptions
 
+
+def check_step_minibatches(config) -> None:
+    """``learner.vtrace.minibatch_unit: steps`` needs this loss's passes and a feed-forward policy.
+
+    Raises:
+        ValueError: Naming ``learner.loss`` (a loss other than the built-in ``appo`` has no
+            ``prepare_pass``) or ``learner.recurrent`` (a recurrent policy's steps need their
+            chunk's state).
+    """
+    learner = config.learner
+    if learner.vtrace.minibatch_unit != "steps":
+        return
+    if learner.loss != "appo":
+        raise ValueError(
+            "learner.loss: with learner.vtrace.minibatch_unit: steps only the built-in appo "
+            f"loss prepares passes of steps; got {learner.loss!r}"
+        )
+    if learner.recurrent != "none":
+        raise ValueError(
+            "learner.recurrent: with learner.vtrace.minibatch_unit: steps a recurrent policy's "
+            f"steps need their chunk's state (use chunks); got {learner.recurrent!r}"
+        )
+
+
 REGISTERED = (
     Algorithm(
         name="appo",
@@ -50,6 +74,7 @@ REGISTERED = (
         recurrent=True,
         gpu_check=GpuCheck(continuous=True),
         options={"vtrace": VTraceOptions},
+        checks=(check_step_minibatches,),
         configs=(
             "cartpole_appo.yaml",
             "lunarlander_appo.yaml",

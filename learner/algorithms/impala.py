@@ -44,6 +44,7 @@ REGISTERED = (
         transform="chunks",
         recurrent=True,
         options={"vtrace": VTraceOptions},
+        fixed={"learner.vtrace.minibatch_unit": "chunks"},  # its loss has no passes of steps
         configs=("cartpole_impala.yaml",),
         modules=("collector.networks.torsos",),
         gpu_check=GpuCheck(),  # the IMPALA paper's ResNet torso's name

@@ -18,6 +18,15 @@ importance weight::
 ``mean_valid`` averages over the steps with ``valid`` set (the envs' auto-reset steps are not
 transitions). Diagnostics as ``learner.losses.impala`` plus ``clip_fraction`` and
 ``approx_kl`` (Schulman's k3 estimator of KL(pi_old || pi)).
+
+Minibatches of chunks or of steps (``learner.vtrace.minibatch_unit``). With ``chunks`` (the
+default) each minibatch is whole chunks and V-trace runs on it with the critic as it is at that
+optimizer step. With ``steps`` the round's learner calls :meth:`APPOLoss.prepare_pass` once per
+pass: V-trace with the critic and pi_old as they are at the pass's start, over the rank's whole
+share of the batch (advantages standardized over all its valid steps), flattened to one item per
+step; minibatches are then steps drawn across every chunk, as PPO's are drawn across its batch,
+and the loss above reads ``v`` and ``A`` from them instead of recomputing V-trace. Each
+minibatch then runs the network on its steps only, not on the ``T + 1`` states of a chunk.
 """
 
 from __future__ import annotations
@@ -28,6 +37,7 @@ import torch
 from tensordict import TensorDict
 from torch import nn
 
+from collector.sequences import STATE_COLUMN
 from learner.losses.chunks import (
     chunk_vtrace,
     diagnostics,
@@ -35,7 +45,10 @@ from learner.losses.chunks import (
     masked_mean,
     normalized,
 )
-from learner.losses.common import follow
+from learner.losses.common import evaluate_actions, follow
+from learner.vtrace import VTrace
+
+PREPARED = "value_target"  # a column only prepare_pass's step items have
 
 
 class APPOLoss(nn.Module):
@@ -84,6 +97,15 @@ class APPOLoss(nn.Module):
         self.vtrace_lambda = vtrace_lambda
         self.is_clip = is_clip
         self.normalize_advantage = normalize_advantage
+        # Set by update_target(tau=1): pi_old is a copy of the actor-critic until the next
+        # optimizer step (prepare_pass then evaluates one network, not two). Unknown at first (a
+        # DDP rank's parameters are broadcast from rank 0) and after load_state_dict.
+        self.old_is_current = False
+
+    def load_state_dict(self, *args, **kwargs):
+        """``nn.Module.load_state_dict``; pi_old is then no longer known to be a copy."""
+        self.old_is_current = False
+        return super().load_state_dict(*args, **kwargs)
 
     def vtrace_options(self) -> dict:
         """The keyword arguments of ``chunk_vtrace``."""
@@ -95,18 +117,77 @@ class APPOLoss(nn.Module):
             "lam": self.vtrace_lambda,
         }
 
+    @torch.no_grad()
+    def prepare_pass(self, batch: TensorDict, slice_size: int = 8) -> TensorDict:
+        """One pass's step items: V-trace over the whole chunk batch, flattened to steps.
+
+        Args:
+            batch: A chunk batch ``[B]`` (``learner.losses.chunks``).
+            slice_size: Chunks evaluated at once (bounds the memory of the no-gradient passes).
+
+        Returns:
+            ``[B x T]`` items of ``observation`` (``x_t``), ``action``, ``log_prob`` (the
+            behaviour policy's), ``old_log_prob``, ``value_target`` (``v_t``), ``advantage``
+            (standardized over the batch's valid steps with ``normalize_advantage``),
+            ``valid`` and, when the chunks have one, ``action_mask``.
+
+        Raises:
+            ValueError: For chunks of a recurrent policy (their steps need the chunk's state).
+        """
+        if batch.get(STATE_COLUMN, None) is not None:
+            raise ValueError("learner.vtrace.minibatch_unit: steps needs a feed-forward policy")
+        parts = []
+        for start in range(0, len(batch), slice_size):
+            part = batch[start : start + slice_size]
+            log_prob, _, value, next_value = evaluate_chunks(self.actor_critic, part)
+            if not self.old_is_current:  # else pi_old's log-probs are these
+                log_prob = evaluate_chunks(self.old_actor_critic, part)[0]
+            old_log_prob = log_prob
+            targets = chunk_vtrace(part, old_log_prob, value, next_value, **self.vtrace_options())
+            parts.append((old_log_prob, targets.vs, targets.pg_advantage))
+        old_log_prob, value_target, advantage = (torch.cat(p) for p in zip(*parts, strict=True))
+        mask = batch["valid"].to(value_target.dtype)
+        if self.normalize_advantage:
+            advantage = normalized(advantage, mask)
+        steps = batch["action"].shape[1]
+        columns = {
+            "observation": batch["observation"][:, :steps],
+            "action": batch["action"],
+            "log_prob": batch["log_prob"],
+            "old_log_prob": old_log_prob,
+            PREPARED: value_target,
+            "advantage": advantage,
+            "valid": batch["valid"],
+        }
+        mask_column = batch.get("action_mask", None)
+        if mask_column is not None:
+            columns["action_mask"] = mask_column
+        items = TensorDict(columns, batch_size=[len(batch), steps], device=batch.device)
+        return items.reshape(-1)
+
     def forward(self, batch: TensorDict) -> TensorDict:
         """Returns ``loss_objective``, ``loss_critic``, ``loss_entropy`` and diagnostics."""
-        log_prob, entropy, value, next_value = evaluate_chunks(self.actor_critic, batch)
-        with torch.no_grad():
-            old_log_prob = evaluate_chunks(self.old_actor_critic, batch)[0]
-        targets = chunk_vtrace(batch, old_log_prob, value, next_value, **self.vtrace_options())
+        self.old_is_current = False  # an optimizer step follows
+        prepared = batch.get(PREPARED, None) is not None  # step items of prepare_pass
+        if prepared:
+            log_prob, entropy, value = evaluate_actions(self.actor_critic, batch)
+            old_log_prob, advantage = batch["old_log_prob"], batch["advantage"]
+            value_target = batch[PREPARED]
+            rho = (old_log_prob - batch["log_prob"].to(log_prob.dtype)).exp()
+            targets = VTrace(vs=value_target, pg_advantage=advantage, rho=rho)
+        else:
+            log_prob, entropy, value, next_value = evaluate_chunks(self.actor_critic, batch)
+            with torch.no_grad():
+                old_log_prob = evaluate_chunks(self.old_actor_critic, batch)[0]
+            options = self.vtrace_options()
+            targets = chunk_vtrace(batch, old_log_prob, value, next_value, **options)
+            advantage = targets.pg_advantage
         behaviour = batch["log_prob"].to(log_prob.dtype)
         weight = (behaviour - old_log_prob).exp().clamp(0.0, self.is_clip)
         ratio = weight * (log_prob - behaviour).exp()
-        advantage, eps = targets.pg_advantage, self.clip_epsilon
+        eps = self.clip_epsilon
         mask = batch["valid"].to(value.dtype)
-        if self.normalize_advantage:
+        if self.normalize_advantage and not prepared:
             advantage = normalized(advantage, mask)
         surrogate = torch.min(advantage * ratio, advantage * ratio.clamp(1 - eps, 1 + eps))
         entropy = masked_mean(entropy, mask)
@@ -130,6 +211,7 @@ class APPOLoss(nn.Module):
     def update_target(self, tau: float = 1.0) -> None:
         """Copies (``tau=1``) or Polyak-averages the current actor-critic into pi_old."""
         follow(self.old_actor_critic, self.actor_critic, tau)
+        self.old_is_current = tau >= 1.0
 
 
 def appo_loss(policy_network: nn.Module, config) -> APPOLoss:

@@ -6,8 +6,8 @@ import datetime
 import logging
 import os
 import time
-from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, cast
 
 import numpy as np
 import ray
@@ -26,7 +26,7 @@ from replay.sampling.streams import stream_seed
 
 if TYPE_CHECKING:  # loaded by join(), in the rank's process: the driver imports this class
     from learner.core import LearnerCore  # (tensordict, and torch._dynamo through it)
-    from learner.ranks.sampling import EpochPlan, RankSampler
+    from learner.ranks.sampling import EpochPlan, Passes, RankSampler
 
 logger = logging.getLogger(__name__)
 
@@ -219,7 +219,7 @@ class LearnerRank:
             optim_steps=len(batches),
             model_version=self.core.version,
             metrics=reduced,
-            samples=sum(len(b) for b in batches),
+            samples=getattr(batches, "samples", None) or sum(len(b) for b in batches),
             sample_s=sample_s,
             train_s=trained - start,
             publish_s=time.perf_counter() - trained,
@@ -284,11 +284,17 @@ class LearnerRank:
             self.replay.set_stream((self.rank, self.core.version))
         if epochs is not None:
             sums, lag, lags = None, 0.0, None
+            batches: list | Passes
             if epochs.max_policy_lag is None:
                 batches, lag = self._take_epochs(epochs)
             else:  # the asynchronous loop's queue
                 version, timeout = self.core.version, self.config.command_timeout_s
-                batches, sums, lags = self.sampler.take_queue(epochs, version, timeout_s=timeout)
+                prepare = None
+                if self.config.vtrace.minibatch_unit == "steps":  # checked: APPO's own loss
+                    prepare = cast(Callable, self.core.loss_module.prepare_pass)
+                batches, sums, lags = self.sampler.take_queue(
+                    epochs, version, timeout_s=timeout, prepare_pass=prepare
+                )
                 lag = sums.pop("policy_lag")
             if len(batches) != num_steps:
                 raise ValueError(f"epochs {epochs} make {len(batches)} steps, not {num_steps}")

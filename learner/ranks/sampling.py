@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
@@ -46,6 +46,38 @@ class EpochPlan:
     def steps(self) -> int:
         """Optimizer steps of the round."""
         return self.epochs * self.minibatches
+
+
+class Passes:
+    """A round's minibatches of steps, made pass by pass (``minibatch_unit: steps``).
+
+    Each pass calls ``prepare_pass(chunks)`` (the loss's, with the networks as the previous
+    pass left them) for ``[B x T]`` step items, then splits a fresh permutation of them into
+    ``plan.minibatches`` near-equal minibatches. Iterate once.
+
+    Args:
+        chunks: The rank's share of the round's chunks.
+        plan: Its passes and minibatches per pass.
+        rng: The rank's sampling generator (``permutation``).
+        prepare_pass: Chunks to step items.
+    """
+
+    def __init__(self, chunks: TensorDict, plan: EpochPlan, rng, prepare_pass) -> None:
+        self.chunks, self.plan, self.rng, self.prepare_pass = chunks, plan, rng, prepare_pass
+
+    def __len__(self) -> int:
+        return self.plan.steps
+
+    @property
+    def samples(self) -> int:
+        """Step items trained on over the round (every pass trains on every step once)."""
+        return self.plan.epochs * self.chunks["action"].shape[0] * self.chunks["action"].shape[1]
+
+    def __iter__(self) -> Iterator[TensorDict]:
+        for _ in range(self.plan.epochs):
+            items = self.prepare_pass(self.chunks)
+            order = torch.from_numpy(self.rng.permutation(len(items))).to(items.device)
+            yield from (items[part] for part in order.tensor_split(self.plan.minibatches))
 
 
 class RankSampler:
@@ -135,8 +167,13 @@ class RankSampler:
         return batches, lag
 
     def take_queue(
-        self, plan: EpochPlan, version: int, *, timeout_s: float = 600.0
-    ) -> tuple[list[TensorDict], dict[str, float], np.ndarray]:
+        self,
+        plan: EpochPlan,
+        version: int,
+        *,
+        timeout_s: float = 600.0,
+        prepare_pass: Callable[[TensorDict], TensorDict] | None = None,
+    ) -> tuple[list[TensorDict] | Passes, dict[str, float], np.ndarray]:
         """An asynchronous round's batches: the ``plan.items`` oldest items of the queue.
 
         The driver starts a round only once the queue holds the whole batch, but the ranks'
@@ -144,6 +181,10 @@ class RankSampler:
         its share. Items acted by a version more than ``plan.max_policy_lag`` behind ``version``
         are dropped: kept in the batch's shape with every step masked (``valid`` False), so
         each rank still takes part in every collective, and counted.
+
+        With ``prepare_pass`` (``learner.vtrace.minibatch_unit: steps``) the batches are
+        :class:`Passes`: each pass maps the chunks to step items first and draws its
+        minibatches from those.
 
         Returns:
             ``(batches, stats, lags)``; ``stats`` has ``policy_lag`` (the largest lag among the
@@ -183,6 +224,8 @@ class RankSampler:
             "frames_dropped": float(frames[stale].sum()),
         }
         batch = self.prepare(arrays)
+        if prepare_pass is not None:
+            return Passes(batch, plan, self.client.rng, prepare_pass), stats, lags
         batches = []
         for _ in range(plan.epochs):
             order = torch.from_numpy(self.client.rng.permutation(plan.items)).to(batch.device)
