@@ -99,9 +99,9 @@ class VTraceOptions:
             ``minibatch_unit: steps``, over the rank's whole batch once per pass.
         minibatch_unit: ``chunks``: each minibatch is whole chunks, V-trace recomputed on it
             at every optimizer step (IMPALA's and RLlib's). ``steps`` (APPO, feed-forward
-            policies): V-trace once per pass over the whole batch with the critic and old
-            policy of the pass's start, then minibatches of steps drawn across every chunk, as
-            PPO draws its minibatches (``learner.losses.appo``).
+            policies): V-trace over the whole batch with the critic and old policy of the
+            pass's start (again only after the old policy's refresh), then minibatches of steps
+            drawn across every chunk, as PPO draws its minibatches (``learner.losses.appo``).
     """
 
     num_epochs: int = 1

@@ -146,7 +146,7 @@ def test_a_pass_right_after_the_old_policy_refresh_evaluates_one_network():
     shared = loss.prepare_pass(batch)
     assert not calls  # pi_old's log-probs were the current network's
     loss.old_is_current = False
-    both = loss.prepare_pass(batch)
+    both = loss.prepare_pass(batch.clone())  # another batch object: not the cached items
     assert calls
     for key in ("old_log_prob", "value_target", "advantage"):
         torch.testing.assert_close(shared[key], both[key])
@@ -155,3 +155,13 @@ def test_a_pass_right_after_the_old_policy_refresh_evaluates_one_network():
     loss.update_target(1.0)
     loss.load_state_dict(loss.state_dict())
     assert not loss.old_is_current
+
+
+def test_a_rounds_later_passes_reuse_the_items_until_the_old_policy_is_refreshed():
+    loss, batch = make_loss(False), chunks()
+    first = loss.prepare_pass(batch)
+    loss(first[:8])  # an optimizer step's forward: the critic moves, pi_old does not
+    assert loss.prepare_pass(batch) is first  # targets fixed between refreshes, as PPO's
+    assert loss.prepare_pass(chunks()) is not first  # another round's batch
+    loss.update_target(1.0)
+    assert loss.prepare_pass(batch) is not first  # pi_old refreshed: V-trace again

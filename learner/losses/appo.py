@@ -21,12 +21,13 @@ transitions). Diagnostics as ``learner.losses.impala`` plus ``clip_fraction`` an
 
 Minibatches of chunks or of steps (``learner.vtrace.minibatch_unit``). With ``chunks`` (the
 default) each minibatch is whole chunks and V-trace runs on it with the critic as it is at that
-optimizer step. With ``steps`` the round's learner calls :meth:`APPOLoss.prepare_pass` once per
-pass: V-trace with the critic and pi_old as they are at the pass's start, over the rank's whole
-share of the batch (advantages standardized over all its valid steps), flattened to one item per
-step; minibatches are then steps drawn across every chunk, as PPO's are drawn across its batch,
-and the loss above reads ``v`` and ``A`` from them instead of recomputing V-trace. Each
-minibatch then runs the network on its steps only, not on the ``T + 1`` states of a chunk.
+optimizer step. With ``steps`` the round's learner calls :meth:`APPOLoss.prepare_pass` before
+each pass: V-trace with the critic and pi_old as they are then, over the rank's whole share of
+the batch (advantages standardized over all its valid steps), flattened to one item per step,
+and reused by the later passes until pi_old is refreshed; minibatches are then steps drawn
+across every chunk, as PPO's are drawn across its batch, and the loss above reads ``v`` and
+``A`` from them instead of recomputing V-trace. Each minibatch then runs the network on its
+steps only, not on the ``T + 1`` states of a chunk.
 """
 
 from __future__ import annotations
@@ -101,10 +102,12 @@ class APPOLoss(nn.Module):
         # optimizer step (prepare_pass then evaluates one network, not two). Unknown at first (a
         # DDP rank's parameters are broadcast from rank 0) and after load_state_dict.
         self.old_is_current = False
+        self.target_updates = 0  # pi_old refreshes, to know when prepared items are stale
+        self._prepared: tuple[TensorDict, int, TensorDict] | None = None
 
     def load_state_dict(self, *args, **kwargs):
         """``nn.Module.load_state_dict``; pi_old is then no longer known to be a copy."""
-        self.old_is_current = False
+        self.old_is_current, self._prepared = False, None
         return super().load_state_dict(*args, **kwargs)
 
     def vtrace_options(self) -> dict:
@@ -121,6 +124,12 @@ class APPOLoss(nn.Module):
     def prepare_pass(self, batch: TensorDict, slice_size: int = 8) -> TensorDict:
         """One pass's step items: V-trace over the whole chunk batch, flattened to steps.
 
+        The items are computed again only when pi_old was refreshed since the last call on the
+        same batch: between refreshes a round's later passes reuse them (PPO's advantages and
+        value targets are likewise fixed for a batch's epochs), so with the old policy
+        refreshed once per round (``learner.target_update_interval`` = the round's optimizer
+        steps) the round evaluates the network once, not once per pass.
+
         Args:
             batch: A chunk batch ``[B]`` (``learner.losses.chunks``).
             slice_size: Chunks evaluated at once (bounds the memory of the no-gradient passes).
@@ -136,6 +145,9 @@ class APPOLoss(nn.Module):
         """
         if batch.get(STATE_COLUMN, None) is not None:
             raise ValueError("learner.vtrace.minibatch_unit: steps needs a feed-forward policy")
+        cached = self._prepared
+        if cached is not None and cached[0] is batch and cached[1] == self.target_updates:
+            return cached[2]
         parts = []
         for start in range(0, len(batch), slice_size):
             part = batch[start : start + slice_size]
@@ -163,7 +175,9 @@ class APPOLoss(nn.Module):
         if mask_column is not None:
             columns["action_mask"] = mask_column
         items = TensorDict(columns, batch_size=[len(batch), steps], device=batch.device)
-        return items.reshape(-1)
+        items = items.reshape(-1)
+        self._prepared = (batch, self.target_updates, items)
+        return items
 
     def forward(self, batch: TensorDict) -> TensorDict:
         """Returns ``loss_objective``, ``loss_critic``, ``loss_entropy`` and diagnostics."""
@@ -212,6 +226,7 @@ class APPOLoss(nn.Module):
         """Copies (``tau=1``) or Polyak-averages the current actor-critic into pi_old."""
         follow(self.old_actor_critic, self.actor_critic, tau)
         self.old_is_current = tau >= 1.0
+        self.target_updates += 1
 
 
 def appo_loss(policy_network: nn.Module, config) -> APPOLoss:
