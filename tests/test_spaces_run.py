@@ -29,6 +29,9 @@ def test_ppo_on_a_dict_observation_learns_and_its_checkpoint_loads(ray_cluster, 
             "metrics.enabled=false",
             f"checkpoint.dir={tmp_path}",
             "checkpoint.at_end=true",
+            # The same return every run: asynchronously the receipts' order moves the
+            # 20-episode window (0.715 once in CI against the 0.72 asserted).
+            "run.deterministic=true",
         ],
     )
     controller = Controller(config)
