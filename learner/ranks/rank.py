@@ -6,8 +6,8 @@ import datetime
 import logging
 import os
 import time
-from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, cast
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 import ray
@@ -159,8 +159,13 @@ class LearnerRank:
         else:
             torch.manual_seed(self.seed * 1000 + self.rank)
         prefetch = config.prefetch and not self.deterministic
+        steps = config.vtrace.minibatch_unit == "steps"  # checked: APPO's own loss
         self.sampler = RankSampler(
-            self.replay, config.per_rank_batch_size, self.core.to_batch, prefetch=prefetch
+            self.replay,
+            config.per_rank_batch_size,
+            self.core.to_batch,
+            prefetch=prefetch,
+            prepare_pass=getattr(self.core.loss_module, "prepare_pass", None) if steps else None,
         )
         return self.rank
 
@@ -289,12 +294,7 @@ class LearnerRank:
                 batches, lag = self._take_epochs(epochs)
             else:  # the asynchronous loop's queue
                 version, timeout = self.core.version, self.config.command_timeout_s
-                prepare = None
-                if self.config.vtrace.minibatch_unit == "steps":  # checked: APPO's own loss
-                    prepare = cast(Callable, self.core.loss_module.prepare_pass)
-                batches, sums, lags = self.sampler.take_queue(
-                    epochs, version, timeout_s=timeout, prepare_pass=prepare
-                )
+                batches, sums, lags = self.sampler.take_queue(epochs, version, timeout_s=timeout)
                 lag = sums.pop("policy_lag")
             if len(batches) != num_steps:
                 raise ValueError(f"epochs {epochs} make {len(batches)} steps, not {num_steps}")

@@ -104,6 +104,8 @@ class RankSampler:
 
     Keyword Args:
         prefetch: Request and prepare the next round's items ahead.
+        prepare_pass: The loss's map of a round's chunks to one pass's step items (APPO's
+            ``prepare_pass`` with ``learner.vtrace.minibatch_unit: steps``), else None.
 
     Examples:
         >>> sampler = RankSampler(ReplayClient(shards, seed=0), 32, core.to_batch)  # doctest: +SKIP
@@ -112,11 +114,18 @@ class RankSampler:
     """
 
     def __init__(
-        self, client: ReplayClient, per_step: int, prepare: Prepare, *, prefetch: bool = True
+        self,
+        client: ReplayClient,
+        per_step: int,
+        prepare: Prepare,
+        *,
+        prefetch: bool = True,
+        prepare_pass: Callable[[TensorDict], TensorDict] | None = None,
     ) -> None:
         self.client = client
         self.per_step = per_step
         self.prepare = prepare
+        self.prepare_pass = prepare_pass  # the loss's chunks to a pass's steps (APPO's)
         self.prefetch = prefetch
         self.pending: tuple[int, PendingSample] | None = None
         self.ready: Future | None = None
@@ -172,7 +181,6 @@ class RankSampler:
         version: int,
         *,
         timeout_s: float = 600.0,
-        prepare_pass: Callable[[TensorDict], TensorDict] | None = None,
     ) -> tuple[list[TensorDict] | Passes, dict[str, float], np.ndarray]:
         """An asynchronous round's batches: the ``plan.items`` oldest items of the queue.
 
@@ -182,7 +190,7 @@ class RankSampler:
         are dropped: kept in the batch's shape with every step masked (``valid`` False), so
         each rank still takes part in every collective, and counted.
 
-        With ``prepare_pass`` (``learner.vtrace.minibatch_unit: steps``) the batches are
+        With :attr:`prepare_pass` set (``learner.vtrace.minibatch_unit: steps``) the batches are
         :class:`Passes`: each pass maps the chunks to step items first and draws its
         minibatches from those.
 
@@ -224,8 +232,8 @@ class RankSampler:
             "frames_dropped": float(frames[stale].sum()),
         }
         batch = self.prepare(arrays)
-        if prepare_pass is not None:
-            return Passes(batch, plan, self.client.rng, prepare_pass), stats, lags
+        if self.prepare_pass is not None:
+            return Passes(batch, plan, self.client.rng, self.prepare_pass), stats, lags
         batches = []
         for _ in range(plan.epochs):
             order = torch.from_numpy(self.client.rng.permutation(plan.items)).to(batch.device)
