@@ -256,6 +256,7 @@ class Collector:
             epsilons = explore["epsilons"]
             explore = {**explore, "epsilon": epsilons[self.collector_id % len(epsilons)]}
         with self._step_lock:
+            begun = time.perf_counter()
             if fetched is not None:
                 self.weights.apply(weights, fetched)
             start = time.perf_counter()
@@ -272,7 +273,10 @@ class Collector:
             stepped = time.perf_counter()
             seq, pending = self.writer.send(batch.transitions)
             generation, version = self.weights.label
-            return SentRollout(batch, seq, generation, version, pending, stepped - start, stepped)
+            work_s = time.perf_counter() - begun
+            return SentRollout(
+                batch, seq, generation, version, pending, stepped - start, stepped, work_s
+            )
 
     def _rebuild_envs(self, err: Exception) -> EnvError:
         """After an env raised: fresh envs on re-seeded episodes; returns the error to raise.

@@ -57,6 +57,7 @@ class SentRollout:
         pending: Reference of the home shard's :class:`~replay.receipts.WriteReceipt`.
         rollout_s: Seconds of stepping.
         sent_at: ``time.perf_counter()`` when the write was sent.
+        work_s: Seconds of the stepper's whole job (weights applied, stepping, write sent).
     """
 
     batch: RolloutBatch
@@ -66,6 +67,7 @@ class SentRollout:
     pending: ray.ObjectRef
     rollout_s: float
     sent_at: float
+    work_s: float = 0.0
 
     def receipt(self, collector_id: int, write: WriteReceipt) -> RolloutReceipt:
         """The rollout's receipt, once ``write`` acknowledged its transitions."""
@@ -81,6 +83,7 @@ class SentRollout:
             rollout_s=self.rollout_s,
             write_s=time.perf_counter() - self.sent_at,
             invalid_actions=self.batch.invalid_actions,
+            work_s=self.work_s,
         )
 
 

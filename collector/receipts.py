@@ -25,6 +25,10 @@ class RolloutReceipt:
             steps its next rollout meanwhile, so this time is not lost to collection.
         invalid_actions: Actions taken that the env's action mask forbade (must be 0;
             ``collector.envs.masks``).
+        work_s: Seconds the collector's stepper spent on this rollout: applying newer weights,
+            stepping (``rollout_s``) and sending the write. The rest of a collector's wall
+            time it had no rollout to run: it waited for the driver's call (permission to
+            collect, in the asynchronous loop the learner queue's room) or for weights.
     """
 
     collector_id: int
@@ -38,6 +42,7 @@ class RolloutReceipt:
     rollout_s: float
     write_s: float
     invalid_actions: int = 0
+    work_s: float = 0.0
 
     @property
     def frames_per_s(self) -> float:

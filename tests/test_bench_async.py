@@ -31,6 +31,9 @@ def test_the_bench_reports_both_loops_and_their_ratio():
         figures = cartpole[arm]
         assert figures["frames"] >= 4096 and figures["frames_per_s"] > 0, arm
         assert 0 <= figures["collector_wait_fraction"] <= 1, arm
+        # stepping is part of a rollout's work: the wait leaves at least the stepping share out
+        stepping = figures["collector_stepping_fraction"]
+        assert 0 < stepping <= 1 - figures["collector_wait_fraction"] + 1e-3, arm
         assert 0 <= figures["dropped_fraction"] < 1, arm
         assert 0 < figures["learner_busy_fraction"] <= 1, arm
         assert len(figures["frames_per_s_all"]) == 1, arm

@@ -82,6 +82,8 @@ def test_weights_older_than_the_collectors_are_ignored(pair):
     receipt = ray.get(actor.rollout.remote(64, 0.0, publish(1, 0, 0.25)))
     assert (receipt.policy_generation, receipt.policy_version) == (1, 0)
     assert group.policy_versions()[1] == (1, 0)
+    # The rollout's work (weights applied, stepping, write sent) holds its stepping.
+    assert receipt.work_s >= receipt.rollout_s > 0
 
 
 def test_pause_waits_for_rollouts_and_freezes_writes_until_resume(pair):

@@ -173,8 +173,9 @@ METRICS: tuple[tuple[str, str, tuple[str, ...], str], ...] = (
         "collector_wait_fraction",
         "gauge",
         (),
-        "Asynchronous loop: share of the collectors' wall time not spent stepping envs (waiting "
-        "for the learner queue to drain or for their next rollout call).",
+        "Asynchronous loop: share of the collectors' wall time with no rollout to work on "
+        "(waiting for permission to collect while the learner queue is full, or for weights); "
+        "a rollout's work is applying newer weights, stepping and sending its replay write.",
     ),
     ("rollout_latency_seconds", "histogram", (), "Wall time of one rollout call, writes included."),
     ("step_latency_seconds", "histogram", (), "Wall time of one learner round on rank 0."),

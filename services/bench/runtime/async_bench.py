@@ -10,8 +10,13 @@ repeat's value of:
 
 * ``frames_per_s``: collected env frames over the training wall time (the summary's);
   ``frames_trained_per_s``: the env frames the learner trained on over the same time;
-* ``collector_wait_fraction``: ``1 - sum(rollout_s) / (collectors x wall_s)``, from every
-  rollout receipt (``rollout`` hook), measured the same way for both arms;
+* ``collector_wait_fraction``: ``1 - sum(work_s) / (collectors x wall_s)``, from every
+  rollout receipt (``rollout`` hook), measured the same way for both arms: the share of the
+  collectors' wall time they had no rollout to work on (waiting for the driver's call, that
+  is for the learner or for permission to collect, or for weights); a rollout's work is
+  applying newer weights, stepping and sending its write; ``collector_stepping_fraction``:
+  ``sum(rollout_s) / (collectors x wall_s)``, the share spent stepping envs and policy alone
+  (the stricter view: what is neither is the collectors' own overhead);
 * ``policy_lag_p50``, ``policy_lag_p99``: of the trained chunks (the lockstep loop: 0 by
   construction);
 * ``dropped_fraction``: frames dropped as too stale over frames collected (lockstep: 0);
@@ -102,8 +107,19 @@ def arm_configs(task: str, arms: tuple[str, str], frames: int, storage: Path) ->
     return [lockstep, other]
 
 
-def figures(summary: dict, busy_s: float, collectors: int, *, lockstep: bool, learner_s=0.0):
-    """One run's figures from its summary, its rollouts' stepping and its rounds' seconds.
+def figures(
+    summary: dict,
+    busy_s: float,
+    collectors: int,
+    *,
+    lockstep: bool,
+    learner_s: float = 0.0,
+    stepping_s: float | None = None,
+) -> dict:
+    """One run's figures from its summary, its rollouts' work and its rounds' seconds.
+
+    ``busy_s`` is the rollouts' work (``work_s``), ``stepping_s`` their stepping alone
+    (``rollout_s``; None: ``busy_s``).
 
     The loop counts trained and dropped steps in transitions; with a frame skip (Pong: 4) a
     transition is several env frames, so they are scaled by the run's frames per transition.
@@ -117,6 +133,7 @@ def figures(summary: dict, busy_s: float, collectors: int, *, lockstep: bool, le
         (0.25, 400.0, 0.2)
     """
     wall = max(summary["wall_s"], 1e-9)
+    stepping = busy_s if stepping_s is None else stepping_s
     transitions = max(summary["transitions"], 1)
     trained = transitions if lockstep else summary["frames_trained"]
     return {
@@ -125,6 +142,7 @@ def figures(summary: dict, busy_s: float, collectors: int, *, lockstep: bool, le
         "frames_per_s": summary["frames_per_s"],
         "frames_trained_per_s": round(trained * summary["frames"] / transitions / wall, 1),
         "collector_wait_fraction": round(min(1.0, max(0.0, 1 - busy_s / (collectors * wall))), 4),
+        "collector_stepping_fraction": round(min(1.0, stepping / (collectors * wall)), 4),
         "policy_lag_p50": 0.0 if lockstep else summary["policy_lag_p50"],
         "policy_lag_p99": 0.0 if lockstep else summary["policy_lag_p99"],
         "dropped_fraction": 0.0 if lockstep else round(summary["frames_dropped"] / transitions, 4),
@@ -136,10 +154,11 @@ def figures(summary: dict, busy_s: float, collectors: int, *, lockstep: bool, le
 def run_once(config: RunConfig, *, lockstep: bool) -> dict:
     """One run on the connected Ray; its figures."""
     controller = Controller(config)
-    busy = [0.0, 0.0]  # collectors' stepping seconds, the learner's round seconds
+    busy = [0.0, 0.0, 0.0]  # collectors' work and stepping seconds, the learner's round seconds
 
     def on_rollout(_, receipt) -> None:
-        busy[0] += receipt.rollout_s
+        busy[0] += receipt.work_s
+        busy[2] += receipt.rollout_s
 
     def on_round(_, receipt) -> None:
         busy[1] += receipt.sample_s + receipt.train_s + receipt.publish_s
@@ -151,7 +170,9 @@ def run_once(config: RunConfig, *, lockstep: bool) -> dict:
     finally:
         controller.shutdown()
     collectors = config.collector.num_collectors
-    return figures(summary, busy[0], collectors, lockstep=lockstep, learner_s=busy[1])
+    return figures(
+        summary, busy[0], collectors, lockstep=lockstep, learner_s=busy[1], stepping_s=busy[2]
+    )
 
 
 def averaged(runs: list[dict]) -> dict:
@@ -299,6 +320,7 @@ COLUMNS = (
     ("frames_per_s", "frames/s", 9, ".1f"),
     ("frames_trained_per_s", "trained/s", 9, ".1f"),
     ("collector_wait_fraction", "wait", 6, ".3f"),
+    ("collector_stepping_fraction", "stepping", 8, ".3f"),
     ("policy_lag_p50", "lag p50", 7, ".1f"),
     ("policy_lag_p99", "p99", 5, ".1f"),
     ("dropped_fraction", "dropped", 7, ".3f"),

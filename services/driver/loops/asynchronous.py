@@ -82,7 +82,7 @@ class AsyncOnPolicyLoop:
         self.rounds_started = 0
         self.rounds_reported = 0  # fewer than started: a round was lost with its generation
         self.lag_counts: list[int] = []  # chunks taken per policy lag (the last bin: dropped)
-        self.busy_s = 0.0  # collectors' seconds of stepping since this loop started
+        self.busy_s = 0.0  # collectors' seconds of rollout work since this loop started
         self.started_at: float | None = None
         self._hooked = False
         lag = full_queue_lag(self.config)
@@ -171,10 +171,15 @@ class AsyncOnPolicyLoop:
             self.lag_counts[lag] += count
 
     def _on_rollout(self, controller, receipt) -> None:
-        self.busy_s += receipt.rollout_s
+        self.busy_s += receipt.work_s or receipt.rollout_s
 
     def collector_wait_fraction(self) -> float:
-        """Share of the collectors' wall time since the loop started not spent stepping."""
+        """Share of the collectors' wall time since the loop started with no rollout to run.
+
+        A collector works on a rollout (``RolloutReceipt.work_s``: weights applied, envs
+        stepped, the write sent) or waits for the next one: for the driver's permission to
+        collect (the learner queue is full) or for weights.
+        """
         if self.started_at is None:
             return 0.0
         wall = (time.perf_counter() - self.started_at) * max(self.config.collector.fleet_size, 1)
