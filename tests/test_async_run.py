@@ -175,6 +175,25 @@ def test_collectors_keep_collecting_while_a_slow_learner_drops_stale_chunks(ray_
     assert seen["while_training"] > seen["rollouts"] / 2
 
 
+def test_a_one_batch_queue_fills_the_next_batch_while_the_round_trains(ray_cluster, tmp_path):
+    # The queue holds one batch: the round that takes it must free the room at once, so the
+    # collectors fill the next batch during the (slowed) round instead of after it.
+    summary, seen = run_config(
+        "cartpole_impala.yaml",
+        tmp_path,
+        "controller.total_frames=8000",
+        "learner.loss=tests.slow_loss:slow_impala",
+        "learner.loss_options={delay_s: 0.1}",
+        "learner.vtrace.queue_batches=1",
+        "learner.max_policy_lag=4",
+    )
+    assert_frames_exact(summary)
+    assert summary["frames_dropped"] == 0
+    assert seen["while_training"] > seen["rollouts"] / 2
+    # After the first round every batch was acted by weights one round old.
+    assert summary["policy_lag_p50"] == 1
+
+
 @pytest.mark.parametrize(
     ("overrides", "field"),
     [

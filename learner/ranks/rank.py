@@ -77,6 +77,7 @@ class LearnerRank:
         deterministic: bool = False,
     ) -> None:
         torch.set_num_threads(1)
+        torch.set_flush_denormal(True)  # denormals slowed Pong's CNN rounds 2.4 -> 3.3 s
         self.deterministic = deterministic
         self.rank = rank
         self.generation = generation

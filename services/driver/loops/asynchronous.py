@@ -211,8 +211,11 @@ class AsyncOnPolicyLoop:
             c.inbox.poll(c)  # gRPC checkpoint, stop and scale requests
             c.elastic.step()  # collectors joining or leaving (services.driver.elastic)
             c.maybe_checkpoint()
-            self._issue_rollouts()
+            # A round first: the batch it takes frees the queue's room before collection is
+            # issued, so the collectors fill the next batch while this one trains (issued the
+            # other way round, a one-batch queue left them idle for the whole round).
             self._maybe_start_round()
+            self._issue_rollouts()
             if not c.wait_and_process(interval) and not c.inbox.wait(c, interval):
                 break  # nothing in flight or owed: budget reached or stop requested
             if time.perf_counter() >= next_progress:
