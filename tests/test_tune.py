@@ -53,7 +53,18 @@ def test_asha_stops_a_trial_that_cannot_learn_and_the_best_trial_learns(
     bad = 0.5  # Adam at 0.5: the Q-network diverges, the greedy policy never balances
     space = space_file(tmp_path, {"learner.lr": [1e-3, 2e-3, 3e-3, bad]})
     tune_dir = tmp_path / "asha"
-    argv = ["--space", space, "--scheduler", "asha", "--max-frames", "6000"]
+    # One trial at a time, the bad one last: every rung it reaches already holds the earlier
+    # trials' values (run at once, a trial first at a rung passes it with nothing to compare).
+    argv = [
+        "--space",
+        space,
+        "--scheduler",
+        "asha",
+        "--max-frames",
+        "6000",
+        "--max-concurrent",
+        "1",
+    ]
     argv += ["--perturbation-frames", "750", "--dir", str(tune_dir), *SETS]  # rungs 750 .. 6000
     assert tune_cli.main(argv) == 0
     final = last_json(capsys)
