@@ -52,6 +52,7 @@ from collector.delivery import ReplayWriter, SentRollout
 from collector.envs.images import frame_key_of, images_of
 from collector.envs.spaces import observation_keys_of
 from collector.envs.vector import EnvError, env_seeds, make_vector_env
+from collector.niceness import renice_process
 from collector.onpolicy import OnPolicyTransform, OnPolicyWorker
 from collector.receipts import RolloutReceipt
 from collector.rollout import RolloutWorker
@@ -135,7 +136,9 @@ class Collector:
         action_mask_key: str | None = None,
         generation: int = 0,
         sequences: SequenceLayout | None = None,
+        nice: int = 0,
     ) -> None:
+        renice_process(nice)  # before any thread of ours starts: they inherit it
         torch.set_num_threads(1)
         self.collector_id = collector_id
         self.seed = seed

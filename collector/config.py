@@ -125,6 +125,12 @@ class CollectorConfig:
         gae_lambda: GAE's lambda for on-policy collectors (PPO, A2C; 1.0 gives n-step returns
             bootstrapped at the rollout's end).
         num_cpus: Logical Ray CPUs per collector.
+        nice: Nice levels each collector process adds to its own at start (0-19; Linux caps
+            the result at 19), so that learner ranks on the same cores get the CPU first:
+            Sample Factory runs its rollout workers 10 levels below its learner. Ray starts
+            workers at niceness 15, so 4 or more puts collectors at 19 below learners at 15.
+            It matters where collectors and learners compute at once (the asynchronous loop,
+            off-policy); 0: the priority Ray gives (``collector.niceness``).
         max_restarts: Restarts Ray grants a dead collector.
         crash_loop_deaths: Deaths of one collector within ``crash_loop_window_s`` that stop
             the run with an error naming it, instead of restarting it again.
@@ -176,6 +182,7 @@ class CollectorConfig:
     gae_lambda: float = 0.95
     # Actors
     num_cpus: float = 0.5
+    nice: int = 0
     max_restarts: int = 3
     crash_loop_deaths: int = 3
     crash_loop_window_s: float = 300.0
@@ -251,6 +258,12 @@ class CollectorConfig:
             (0 <= self.gamma <= 1, "gamma", "must be in [0, 1]", self.gamma),
             (0 <= self.gae_lambda <= 1, "gae_lambda", "must be in [0, 1]", self.gae_lambda),
             (self.num_cpus >= 0, "num_cpus", "must be >= 0", self.num_cpus),
+            (
+                isinstance(self.nice, int) and 0 <= self.nice <= 19,
+                "nice",
+                "must be an integer in [0, 19] (raising priority needs privileges)",
+                self.nice,
+            ),
             (self.max_restarts >= 0, "max_restarts", "must be >= 0", self.max_restarts),
             (
                 self.crash_loop_deaths >= 1,

@@ -10,6 +10,7 @@ import urllib.request
 import pytest
 import ray
 
+from collector.niceness import thread_niceness
 from services.config import ConfigError, load_config
 from services.driver.controller import Controller
 from services.evaluation.evaluator import EvaluationRunner
@@ -42,6 +43,13 @@ def run_config(name: str, tmp_path, *overrides: str, scrape: bool = False):
     def on_rollout(c, receipt):
         seen["rollouts"] += 1
         seen["while_training"] += c.pending_round is not None
+        if "niceness" not in seen:  # collector 0's threads, learner rank 0's (one node here)
+            collector = ray.get(c.collectors.actors[0].pid.remote())
+            learner = ray.get(c.learners.ranks[0].pid.remote())
+            seen["niceness"] = (
+                thread_niceness(collector),
+                os.getpriority(os.PRIO_PROCESS, learner),
+            )
 
     controller.register("rollout", on_rollout)
     controller.register("round", lambda c, r: seen["rounds"].append(r))
@@ -79,7 +87,11 @@ def assert_frames_exact(summary, batch: int = 8, steps: int = 1) -> None:
 def impala_run(ray_cluster, tmp_path_factory):
     tmp_path = tmp_path_factory.mktemp("impala")
     summary, seen = run_config(
-        "cartpole_impala.yaml", tmp_path, "controller.total_frames=60000", *EVALUATED
+        "cartpole_impala.yaml",
+        tmp_path,
+        "controller.total_frames=60000",
+        "collector.nice=4",
+        *EVALUATED,
     )
     return summary, seen, tmp_path
 
@@ -93,6 +105,13 @@ def test_impala_learns_with_frames_exact_and_lag_bounded(impala_run):
     metrics = seen["rounds"][-1].metrics
     assert {"rho_mean", "rho_clipped", "entropy", "policy_lag_max"} <= set(metrics)
     assert seen["while_training"] > 0  # collectors delivered while a round was running
+
+
+def test_collector_nice_lowers_every_collector_thread_below_the_learner(impala_run):
+    _, seen, _ = impala_run
+    collector, learner = seen["niceness"]
+    assert len(collector) > 3  # Ray's threads, the rollout and control threads
+    assert set(collector.values()) == {min(19, learner + 4)}  # Ray's workers start at 15
 
 
 def test_impala_policy_loads_and_replays_its_final_evaluation(impala_run):
@@ -216,12 +235,15 @@ def test_a_killed_collector_and_a_resume_lose_no_counted_frame(ray_cluster, tmp_
     common = ["checkpoint.interval_frames=4000", f"checkpoint.dir={root}", "checkpoint.keep=5"]
     config = load_config(
         CONFIGS / "cartpole_impala.yaml",
-        ["metrics.enabled=false", "controller.total_frames=12000", *common],
+        ["metrics.enabled=false", "controller.total_frames=12000", "collector.nice=4", *common],
     )
     first = Controller(config)
     killed: list[int] = []
+    restarted: list[dict[int, int]] = []  # the restarted collector's threads' niceness
 
     def kill_collector_0(ctrl, receipt):
+        if receipt.collector_id == 0 and killed and not restarted:
+            restarted.append(thread_niceness(ray.get(ctrl.collectors.actors[0].pid.remote())))
         if receipt.collector_id != 0 or killed or ctrl.counters.rollouts < 6:
             return
         try:
@@ -236,6 +258,7 @@ def test_a_killed_collector_and_a_resume_lose_no_counted_frame(ray_cluster, tmp_
     finally:
         first.shutdown()
     assert killed and summary["collector_failures"] >= 1
+    assert restarted and set(restarted[0].values()) == {19}  # Ray's 15 + 4, again after restart
     assert summary["frames"] >= 12000
     assert_frames_exact(summary)
     resumed = load_config(

@@ -71,6 +71,7 @@ class CollectorGroup:
             at another size; see ``collector.actor.Collector``).
         sequences: Write sequences (``collector.sequence_worker.SequenceLayout``); None:
             transitions.
+        nice: Nice levels each collector process adds to its own (``collector.niceness``).
 
     Examples:
         >>> group = CollectorGroup("run", 2, "CartPole-v1", 8, spec, shards, 0)  # doctest: +SKIP
@@ -103,6 +104,7 @@ class CollectorGroup:
         aggregate: bool = False,
         generation: int = 0,
         sequences=None,
+        nice: int = 0,
     ) -> None:
         scheduling = list(scheduling) if scheduling is not None else [None] * num_collectors
         self.shard_names = list(shards)  # what new collectors write to (live resizes change it)
@@ -127,6 +129,7 @@ class CollectorGroup:
                 action_mask_key=action_mask_key,
                 generation=generation,
                 sequences=sequences,
+                nice=nice,
                 scheduling_strategy=strategy,
             )
 

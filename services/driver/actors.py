@@ -53,6 +53,7 @@ def start_collectors(
         aggregate=cfg.aggregate,
         generation=generation,
         sequences=sequence_layout(config.replay),
+        nice=cfg.nice,
     )
 
 

@@ -92,7 +92,11 @@ def compared_arms() -> tuple[str, str]:
 
 
 def arm_configs(task: str, arms: tuple[str, str], frames: int, storage: Path) -> list[RunConfig]:
-    """Both arms' configs for ``task``: the asynchronous arm takes the lockstep one's sizes."""
+    """Both arms' configs for ``task``: the asynchronous arm takes the lockstep one's sizes.
+
+    The lockstep arm takes the asynchronous one's ``collector.nice``, so both run the same
+    collectors (lockstep, collectors and learner never compute at once, so it changes little).
+    """
     common = [*COMMON, f"controller.total_frames={frames}", f"checkpoint.dir={storage}"]
     lockstep = load_config(CONFIGS / f"{task}_{arms[0]}.yaml", common)
     sizes = [
@@ -101,6 +105,8 @@ def arm_configs(task: str, arms: tuple[str, str], frames: int, storage: Path) ->
         f"learner.hidden_sizes={list(lockstep.learner.hidden_sizes)}",
     ]
     other = load_config(CONFIGS / f"{task}_{arms[1]}.yaml", [*common, *sizes])
+    nice = f"collector.nice={other.collector.nice}"
+    lockstep = load_config(CONFIGS / f"{task}_{arms[0]}.yaml", [*common, nice])
     for field in ("env_id", "env_kwargs", "frame_skip"):
         if getattr(lockstep.collector, field) != getattr(other.collector, field):
             raise RuntimeError(f"{task}: collector.{field} differs between {arms}")
