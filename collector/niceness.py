@@ -37,7 +37,7 @@ def thread_niceness(pid: int | str = "self") -> dict[int, int]:
 
     Examples:
         >>> import os
-        >>> thread_niceness()[threading_id()] == os.getpriority(os.PRIO_PROCESS, 0)
+        >>> thread_niceness()[os.getpid()] == os.getpriority(os.PRIO_PROCESS, os.getpid())
         True
     """
     niceness = {}
@@ -47,11 +47,6 @@ def thread_niceness(pid: int | str = "self") -> dict[int, int]:
         except OSError:  # the thread ended meanwhile
             continue
     return niceness
-
-
-def threading_id() -> int:
-    """The calling thread's kernel id."""
-    return int(os.gettid()) if hasattr(os, "gettid") else os.getpid()
 
 
 def renice_process(increment: int) -> int:
